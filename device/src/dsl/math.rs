@@ -1,0 +1,79 @@
+//! Float helpers: fast exp2, bf16/f16 conversions, packed f16 arithmetic.
+use core::arch::asm;
+
+/// `2^x` with `ex2.approx.ftz.f32` (max error 2 ulp over the full range).
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe { asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(nostack, pure, nomem)) };
+    r
+}
+
+/// `e^x`.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    exp2(x * core::f32::consts::LOG2_E)
+}
+
+/// Maximum that returns NaN when either side is NaN.
+#[inline(always)]
+pub fn max_nan(a: f32, b: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe { asm!("max.NaN.f32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem)) };
+    r
+}
+
+/// bf16 bits to f32 (exact).
+#[inline(always)]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// f32 to bf16 bits, round to nearest even (NaN stays NaN).
+#[inline(always)]
+pub fn f32_to_bf16(v: f32) -> u16 {
+    let r: u16;
+    // SAFETY: pure arithmetic.
+    unsafe { asm!("cvt.rn.bf16.f32 {r}, {v};", r = out(reg16) r, v = in(reg32) v, options(nostack, pure, nomem)) };
+    r
+}
+
+/// Two f32 to packed f16x2 (`lo` in the low half), round to nearest even.
+#[inline(always)]
+pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic. cvt puts its first source in the upper half.
+    unsafe { asm!("cvt.rn.f16x2.f32 {r}, {h}, {l};", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(nostack, pure, nomem)) };
+    r
+}
+
+/// Two E4M3 bytes (in the low 16 bits) to packed f16x2, exactly.
+#[inline(always)]
+pub fn e4m3x2_to_f16x2(b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("{{ .reg .b16 t; cvt.u16.u32 t, {b}; cvt.rn.f16x2.e4m3x2 {r}, t; }}", r = out(reg32) r, b = in(reg32) b, options(nostack, pure, nomem))
+    };
+    r
+}
+
+/// Packed f16x2 product.
+#[inline(always)]
+pub fn hmul2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe { asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem)) };
+    r
+}
+
+/// `prmt.b32`: byte permute of {b, a} by selector `s`.
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, s: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure bit manipulation.
+    unsafe { asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) s, options(nostack, pure, nomem)) };
+    r
+}

@@ -1,0 +1,5 @@
+//! Weight formats: one module per format, each with its block layout, a scalar decode, and the
+//! constants kernels need. Bit-exact with the references users hold (see each module).
+pub mod e2m1;
+pub mod e4m3;
+pub mod nvfp4;

@@ -1,0 +1,302 @@
+//! NVFP4 decode GEMV on tensor cores: `out[t][row] = W[row]·act[t]` for m ≤ 8 tokens.
+//!
+//! One warp owns one 16-row tile (two with the dual gate+up kernel: gate and up rows of the same
+//! tile, sharing the activation fragments) and streams it across its split of K in 64-column
+//! chunks: per chunk each lane loads 16 code bytes and 8 scale bytes per projection, turns them
+//! into f16 A-fragments (two masks, `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and
+//! issues four `mma.m16n8k16` with the tokens as the 8 B columns. Activations are staged per
+//! block into shared memory as f16 scaled by a power of two per token (so bf16 inputs convert
+//! exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
+//! the last block of each row group in a fixed order (deterministic).
+use crate::dsl::*;
+use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
+use crate::params::{source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
+
+const WARPS: u32 = GEMV_THREADS / 32;
+const SCALES_AT: u32 = 0;
+const FLAG_AT: u32 = 32;
+const RED_AT: u32 = 256;
+/// Chunks whose loads are issued before any of them is used.
+const UNROLL: u32 = 4;
+
+/// The code words and scale words of one chunk, for up to two projections.
+#[derive(Clone, Copy)]
+struct Loaded {
+    w0: [u32; 4],
+    s0: [u32; 2],
+    w1: [u32; 4],
+    s1: [u32; 2],
+}
+
+/// One activation pair (columns k, k+1) of token `t`, in f32.
+#[inline(always)]
+unsafe fn load_pair(p: &GemvParams, t: u32, k: u32) -> (f32, f32) {
+    let idx = (t * p.k + k) as usize;
+    match p.source {
+        source::BF16 => {
+            let w = *((p.act0 as *const u16).add(idx) as *const u32);
+            (bf16_to_f32(w as u16), bf16_to_f32((w >> 16) as u16))
+        }
+        source::SILU_F32 => {
+            let g = *((p.act0 as *const f32).add(idx) as *const [f32; 2]);
+            let u = *((p.act1 as *const f32).add(idx) as *const [f32; 2]);
+            (silu(g[0]) * u[0], silu(g[1]) * u[1])
+        }
+        _ => {
+            let a = *((p.act0 as *const f32).add(idx) as *const [f32; 2]);
+            (a[0], a[1])
+        }
+    }
+}
+
+/// `x * sigmoid(x)`, finite for every finite x (exp overflow gives -0 or x).
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// Power of two that brings `amax` into [2^14, 2^15): (factor, 1/factor). NaN/Inf/0 are safe.
+#[inline(always)]
+fn pow2_scale(amax: f32) -> (f32, f32) {
+    let e = (amax.to_bits() >> 23) & 0xFF;
+    let e = if e < 20 { 20 } else if e > 254 { 254 } else { e };
+    (f32::from_bits((268 - e) << 23), f32::from_bits((e - 14) << 23))
+}
+
+/// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
+/// the per-token inverse scales into the header.
+#[inline(always)]
+unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    let smem = Smem::base();
+    let tid = thread_x();
+    let pairs = nchunks * (TILE_K as u32 / 2);
+    let k0 = chunk0 * TILE_K as u32;
+    for t in 0..p.m {
+        let mut amax = 0.0f32;
+        let mut i = tid;
+        while i < pairs {
+            let (a, b) = load_pair(p, t, k0 + 2 * i);
+            amax = max_nan(amax, max_nan(a.abs(), b.abs()));
+            i += GEMV_THREADS;
+        }
+        amax = warp_max(amax);
+        if lane() == 0 {
+            smem.add(RED_AT + (t * WARPS + warp_id()) * 4).st_f32(amax);
+        }
+    }
+    sync_threads();
+    for t in 0..p.m {
+        let mut amax = 0.0f32;
+        for w in 0..WARPS {
+            amax = max_nan(amax, smem.add(RED_AT + (t * WARPS + w) * 4).ld_f32());
+        }
+        let (f, inv) = pow2_scale(amax);
+        if tid == 0 {
+            smem.add(SCALES_AT + t * 4).st_f32(inv);
+        }
+        let mut i = tid;
+        while i < pairs {
+            let (a, b) = load_pair(p, t, k0 + 2 * i);
+            let lk = 2 * i;
+            let (c, kk) = (lk / 64, lk % 64);
+            let (j, r) = (kk / 16, kk % 16);
+            let q = 2 * j + r / 8;
+            let tq = (r % 8) / 2;
+            let word = ((c * p.m + t) * 4 + tq) * 8 + q;
+            smem.add(GEMV_SMEM_HEADER + word * 4).st_u32(pack_f16x2(a * f, b * f));
+            i += GEMV_THREADS;
+        }
+    }
+    sync_threads();
+}
+
+/// The f16 A-fragments of one 16-column step from a tiled code word and the scale pair.
+#[inline(always)]
+fn fragments(w: u32, sc: [u32; 2], j: u32) -> [u32; 4] {
+    let pw = w & 0x9C9C_9C9C;
+    let qw = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
+    let sp = e4m3x2_to_f16x2(prmt(sc[0], sc[1], j | ((4 + j) << 4)));
+    let s_lo = prmt(sp, 0, 0x1010);
+    let s_hi = prmt(sp, 0, 0x3232);
+    [
+        hmul2(e4m3x2_to_f16x2(pw), s_lo),
+        hmul2(e4m3x2_to_f16x2(pw >> 16), s_hi),
+        hmul2(e4m3x2_to_f16x2(qw), s_lo),
+        hmul2(e4m3x2_to_f16x2(qw >> 16), s_hi),
+    ]
+}
+
+/// Four mma steps of one chunk.
+#[inline(always)]
+fn chunk(acc: &mut [f32; 4], words: [u32; 4], sc: [u32; 2], x: &[u32; 8]) {
+    let mut j = 0;
+    while j < 4 {
+        let a = fragments(words[j as usize], sc, j);
+        *acc = mma_f16_f32(a, [x[2 * j as usize], x[2 * j as usize + 1]], *acc);
+        j += 1;
+    }
+}
+
+/// Loads the 8 B-fragment words of chunk `c` for this lane (zeros for tokens ≥ m).
+#[inline(always)]
+unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
+    let (g, tq) = (lane() / 4, lane() % 4);
+    if g < p.m {
+        let at = Smem::base().add(GEMV_SMEM_HEADER + ((c * p.m + g) * 4 + tq) * 32);
+        let a = at.ld_v4();
+        let b = at.add(16).ld_v4();
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    } else {
+        [0; 8]
+    }
+}
+
+/// The whole GEMV; `DUAL` reads projection 1 too.
+#[inline(always)]
+pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
+    let split = block_y();
+    let k_tiles = p.k / TILE_K as u32;
+    let chunk0 = split * p.chunks_per_split;
+    let nchunks = if chunk0 >= k_tiles { 0 } else { core::cmp::min(p.chunks_per_split, k_tiles - chunk0) };
+    stage(p, chunk0, nchunks);
+
+    let rt = block_x() * WARPS + warp_id();
+    let row_tiles = p.n / TILE_ROWS as u32;
+    let mut acc0 = [0.0f32; 4];
+    let mut acc1 = [0.0f32; 4];
+    if rt < row_tiles {
+        let (lane, g) = (lane(), lane() / 4);
+        let tile0 = (rt * k_tiles + chunk0) as usize;
+        let code_at = |base: u64, c: u32| (base as *const u8).add((tile0 + c as usize) * TILE_CODE_BYTES + lane as usize * 16);
+        let scale_at = |base: u64, c: u32| (base as *const u8).add((tile0 + c as usize) * TILE_SCALE_BYTES + g as usize * 8);
+        // One chunk's weights for both projections, loaded ahead of its use.
+        let load = |c: u32| -> Loaded {
+            Loaded {
+                w0: ld_nc_v4(code_at(p.w0, c)),
+                s0: ld_nc_v2(scale_at(p.s0, c)),
+                w1: if DUAL { ld_nc_v4(code_at(p.w1, c)) } else { [0; 4] },
+                s1: if DUAL { ld_nc_v2(scale_at(p.s1, c)) } else { [0; 2] },
+            }
+        };
+        let mut use_chunk = |c: u32, l: Loaded| {
+            let x = load_x(p, c);
+            chunk(&mut acc0, l.w0, l.s0, &x);
+            if DUAL {
+                chunk(&mut acc1, l.w1, l.s1, &x);
+            }
+        };
+        let mut c = 0;
+        while c + UNROLL <= nchunks {
+            let (l0, l1, l2, l3) = (load(c), load(c + 1), load(c + 2), load(c + 3));
+            use_chunk(c, l0);
+            use_chunk(c + 1, l1);
+            use_chunk(c + 2, l2);
+            use_chunk(c + 3, l3);
+            c += UNROLL;
+        }
+        while c < nchunks {
+            let l = load(c);
+            use_chunk(c, l);
+            c += 1;
+        }
+    }
+    epilogue(p, 0, rt, &acc0);
+    if DUAL {
+        epilogue(p, 1, rt, &acc1);
+    }
+    if p.splits > 1 {
+        reduce_splits(p, if DUAL { 2 } else { 1 });
+    }
+}
+
+/// Scales this warp's accumulators back and writes them: straight to the output when there is
+/// one split, else to the split's partial slot.
+#[inline(always)]
+unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4]) {
+    if rt >= p.n / TILE_ROWS as u32 {
+        return;
+    }
+    let (g, tq) = (lane() / 4, lane() % 4);
+    let gscale = if proj == 0 { p.gscale0 } else { p.gscale1 };
+    let smem = Smem::base();
+    for (i, &v) in acc.iter().enumerate() {
+        let t = 2 * tq + (i as u32 & 1);
+        if t >= p.m {
+            continue;
+        }
+        let row = rt * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
+        let y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (64.0 * gscale);
+        if p.splits == 1 {
+            store_out(p, proj, t, row, y);
+        } else {
+            let ws = p.ws as *mut f32;
+            st_cg_f32(ws.add((((block_y() * 2 + proj) * p.m + t) * p.n + row) as usize), y);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn store_out(p: &GemvParams, proj: u32, t: u32, row: u32, y: f32) {
+    let out = if proj == 0 { p.out0 } else { p.out1 };
+    let idx = (t * p.n + row) as usize;
+    if p.out_bf16 != 0 {
+        *(out as *mut u16).add(idx) = f32_to_bf16(y);
+    } else {
+        *(out as *mut f32).add(idx) = y;
+    }
+}
+
+/// The last block of a row group to finish sums every split's partials, in split order.
+#[inline(always)]
+unsafe fn reduce_splits(p: &GemvParams, projs: u32) {
+    let smem = Smem::base();
+    fence_device();
+    sync_threads();
+    if thread_x() == 0 {
+        let counter = (p.counters as *mut u32).add(block_x() as usize);
+        let old = atomic_add_u32(counter, 1);
+        let last = old == p.splits - 1;
+        if last {
+            *counter = 0;
+        }
+        smem.add(FLAG_AT).st_u32(last as u32);
+    }
+    sync_threads();
+    if smem.add(FLAG_AT).ld_u32() == 0 {
+        return;
+    }
+    fence_device();
+    let per_proj = p.m * GEMV_ROWS_PER_BLOCK;
+    let mut i = thread_x();
+    while i < projs * per_proj {
+        let (proj, rem) = (i / per_proj, i % per_proj);
+        let (t, lr) = (rem / GEMV_ROWS_PER_BLOCK, rem % GEMV_ROWS_PER_BLOCK);
+        let row = block_x() * GEMV_ROWS_PER_BLOCK + lr;
+        if row < p.n {
+            let mut sum = 0.0f32;
+            for s in 0..p.splits {
+                sum += ld_cg_f32((p.ws as *const f32).add((((s * 2 + proj) * p.m + t) * p.n + row) as usize));
+            }
+            store_out(p, proj, t, row, sum);
+        }
+        i += GEMV_THREADS;
+    }
+}
+
+/// Dual GEMV, gate and up from the same bf16 input: f32 g and u out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_nvfp4_gate_up(p: GemvParams) {
+    gemv::<true>(&p)
+}
+
+/// Down projection of silu(g)·u, computed from f32 g and u while staging: bf16 out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_nvfp4_silu_down(p: GemvParams) {
+    gemv::<false>(&p)
+}
+
+/// Down projection of an f32 activation (e.g. gelu_mul's output): bf16 out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_nvfp4_down(p: GemvParams) {
+    gemv::<false>(&p)
+}

@@ -1,0 +1,123 @@
+//! Launch parameter blocks: one `#[repr(C)]` struct per kernel family, passed by value as the
+//! kernel's only parameter. The host builds them and ships their bytes; the CPU reference reads
+//! the same bytes back, so host, GPU and reference agree on every field by construction.
+
+/// Marker for parameter blocks: `#[repr(C)]`, only `u64`/`u32`/`f32` fields, no padding bytes.
+///
+/// # Safety
+/// Implementors must have no padding and no invalid bit patterns.
+pub unsafe trait ParamBlock: Copy + Sized {
+    /// The block's bytes, as the kernel receives them.
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: the trait's contract (repr(C), no padding) makes every byte initialized.
+        unsafe { core::slice::from_raw_parts(self as *const Self as *const u8, core::mem::size_of::<Self>()) }
+    }
+    /// Reads a block back from bytes; `None` when the length is wrong.
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() != core::mem::size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the length matches and every bit pattern is valid for these field types.
+        Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const Self) })
+    }
+}
+
+/// How a GEMV kernel reads its activations (the B operand) for `m` tokens.
+pub mod source {
+    /// bf16 `[m][k]` (the layer input).
+    pub const BF16: u32 = 0;
+    /// f32 `[m][k]` (an activated intermediate, e.g. gelu_mul's output).
+    pub const F32: u32 = 1;
+    /// silu(g) * u from two f32 `[m][k]` buffers, computed while staging (SiLU-fused down).
+    pub const SILU_F32: u32 = 2;
+}
+
+/// Parameters of the NVFP4 tiled GEMV family (`gemv_nvfp4_*`): `out[t][row] = sum_k W[row][k] *
+/// act[t][k]` for `t < m`, one or two projections (`w1 != 0`: the dual gate+up kernel, both
+/// reading the same activations). Grid: (`ceil(n / 128)`, `splits`); block: 256 threads; dynamic
+/// shared memory: [`gemv_smem_bytes`]. With `splits > 1` each split writes f32 partials to `ws`
+/// (`[splits][proj][m][n]`) and the last block of a row group (counted in `counters`, which it
+/// resets) sums them in split order, so results do not depend on scheduling.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GemvParams {
+    /// Tiled codes of projection 0.
+    pub w0: u64,
+    /// Tiled scales of projection 0.
+    pub s0: u64,
+    /// Tiled codes of projection 1 (0: single projection).
+    pub w1: u64,
+    /// Tiled scales of projection 1.
+    pub s1: u64,
+    /// Activation buffer (bf16 or f32, see `source`).
+    pub act0: u64,
+    /// Second activation buffer (`u` for [`source::SILU_F32`]), else 0.
+    pub act1: u64,
+    /// Output of projection 0: f32 `[m][n]` when `out_bf16 == 0`, else bf16.
+    pub out0: u64,
+    /// Output of projection 1.
+    pub out1: u64,
+    /// Split-K workspace, f32 `[splits][2][m][n]` (unused when `splits == 1`).
+    pub ws: u64,
+    /// One u32 per 128-row group, zero between launches (unused when `splits == 1`).
+    pub counters: u64,
+    /// Global scale of projection 0.
+    pub gscale0: f32,
+    /// Global scale of projection 1.
+    pub gscale1: f32,
+    /// Output rows (multiple of 16).
+    pub n: u32,
+    /// Reduction length (multiple of 64).
+    pub k: u32,
+    /// Tokens, 1..=8.
+    pub m: u32,
+    /// Split-K factor (>= 1).
+    pub splits: u32,
+    /// 64-column chunks per split (the last split may have fewer).
+    pub chunks_per_split: u32,
+    /// One of `source::*`.
+    pub source: u32,
+    /// 1: outputs are bf16; 0: f32.
+    pub out_bf16: u32,
+    /// Padding to a multiple of 8 bytes.
+    pub _pad: u32,
+}
+
+// SAFETY: repr(C), 10 u64 then 10 four-byte fields: no padding, all bit patterns valid.
+unsafe impl ParamBlock for GemvParams {}
+
+/// Rows per block of the GEMV family (8 warps × one 16-row tile).
+pub const GEMV_ROWS_PER_BLOCK: u32 = 128;
+/// Threads per block of the GEMV family.
+pub const GEMV_THREADS: u32 = 256;
+
+/// Bytes at the start of a GEMV block's shared memory: per-token scales (32 at 0), the
+/// last-block flag (at 32), per-token per-warp reduction slots (64 f32 at 256).
+pub const GEMV_SMEM_HEADER: u32 = 512;
+
+/// Dynamic shared memory of one GEMV block: the header plus the staged f16 activations of one
+/// split (`m × chunks × 64` halves).
+pub const fn gemv_smem_bytes(m: u32, chunks_per_split: u32) -> u32 {
+    GEMV_SMEM_HEADER + m * chunks_per_split * 64 * 2
+}
+
+/// Parameters of the elementwise activation kernels (`gelu_mul`, `silu_mul`):
+/// `out[i] = act(g[i]) * u[i]` for `i < len`, f32 in and out. Grid: `ceil(len / 1024)`,
+/// block: 256 threads, 4 elements per thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ElementwiseParams {
+    /// Gate input, f32.
+    pub g: u64,
+    /// Up input, f32.
+    pub u: u64,
+    /// Output, f32.
+    pub out: u64,
+    /// Number of elements.
+    pub len: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+// SAFETY: repr(C), 3 u64 + 2 u32: no padding.
+unsafe impl ParamBlock for ElementwiseParams {}

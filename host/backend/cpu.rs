@@ -1,0 +1,188 @@
+//! The CPU reference backend: host memory behind fake device addresses, launches executed by
+//! plain Rust (f64 accumulation), an optional memory capacity, and a launch counter.
+use super::{cpu_kernels, DevicePtr, Event, GpuBackend, Launch};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Host memory addressed like device memory.
+pub(crate) struct Memory {
+    allocs: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+    used: usize,
+}
+
+impl Memory {
+    fn find(&self, ptr: u64) -> Option<(u64, usize)> {
+        let (&base, v) = self.allocs.range(..=ptr).next_back()?;
+        (ptr < base + v.len() as u64).then_some((base, v.len()))
+    }
+
+    /// `len` bytes at `ptr`, which must lie inside one allocation.
+    pub(crate) fn read(&self, ptr: u64, len: usize) -> Result<&[u8]> {
+        let (base, size) = self.find(ptr).ok_or_else(|| Error::BadAccess(format!("read of {len} bytes at {ptr:#x}: not in any allocation")))?;
+        let off = (ptr - base) as usize;
+        if off + len > size {
+            return Err(Error::BadAccess(format!("read of {len} bytes at {ptr:#x} runs {} bytes past its allocation", off + len - size)));
+        }
+        Ok(&self.allocs[&base][off..off + len])
+    }
+
+    /// Mutable `len` bytes at `ptr`.
+    pub(crate) fn write(&mut self, ptr: u64, len: usize) -> Result<&mut [u8]> {
+        let (base, size) = self.find(ptr).ok_or_else(|| Error::BadAccess(format!("write of {len} bytes at {ptr:#x}: not in any allocation")))?;
+        let off = (ptr - base) as usize;
+        if off + len > size {
+            return Err(Error::BadAccess(format!("write of {len} bytes at {ptr:#x} runs {} bytes past its allocation", off + len - size)));
+        }
+        Ok(&mut self.allocs.get_mut(&base).expect("found above")[off..off + len])
+    }
+}
+
+/// The reference backend. Not a mock: each launch computes the function the GPU kernel of the
+/// same name must compute (see `cpu_kernels`), so GPU results are checked against it.
+pub struct CpuBackend {
+    mem: Mutex<Memory>,
+    capacity: Option<usize>,
+    missing: HashSet<String>,
+    launches: AtomicU64,
+    events: Mutex<HashMap<u64, Instant>>,
+    next_event: AtomicU64,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    /// Unlimited memory, every kernel present.
+    pub fn new() -> Self {
+        CpuBackend {
+            mem: Mutex::new(Memory { allocs: BTreeMap::new(), next: 0x1_0000_0000, used: 0 }),
+            capacity: None,
+            missing: HashSet::new(),
+            launches: AtomicU64::new(0),
+            events: Mutex::new(HashMap::new()),
+            next_event: AtomicU64::new(1),
+        }
+    }
+
+    /// At most `bytes` allocated at once: allocations past it fail with `OutOfMemory`.
+    pub fn with_capacity(bytes: usize) -> Self {
+        CpuBackend { capacity: Some(bytes), ..Self::new() }
+    }
+
+    /// A module without these kernels (for testing missing-kernel errors).
+    pub fn without_kernels(mut self, names: &[&str]) -> Self {
+        self.missing.extend(names.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Bytes allocated now.
+    pub fn used_bytes(&self) -> usize {
+        self.mem.lock().expect("cpu memory lock").used
+    }
+
+    /// Allocations alive now.
+    pub fn live_allocations(&self) -> usize {
+        self.mem.lock().expect("cpu memory lock").allocs.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.mem.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl GpuBackend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn device_name(&self) -> String {
+        "CPU reference".into()
+    }
+    fn sm_count(&self) -> u32 {
+        132
+    }
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        if bytes == 0 {
+            return Err(Error::Invalid("allocation of 0 bytes".into()));
+        }
+        let mut m = self.lock();
+        if let Some(cap) = self.capacity {
+            if m.used + bytes > cap {
+                return Err(Error::OutOfMemory { requested: bytes, free: cap - m.used });
+            }
+        }
+        let ptr = m.next;
+        m.next += (bytes as u64).div_ceil(256) * 256 + 256;
+        m.used += bytes;
+        m.allocs.insert(ptr, vec![0xA5; bytes]);
+        Ok(DevicePtr(ptr))
+    }
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let mut m = self.lock();
+        let v = m.allocs.remove(&ptr.0).ok_or_else(|| Error::BadAccess(format!("free of {:#x}: not an allocation", ptr.0)))?;
+        m.used -= v.len();
+        Ok(())
+    }
+    fn bytes_from(&self, ptr: DevicePtr) -> Option<usize> {
+        let m = self.lock();
+        m.find(ptr.0).map(|(base, len)| len - (ptr.0 - base) as usize)
+    }
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        self.lock().write(dst.0, src.len())?.copy_from_slice(src);
+        Ok(())
+    }
+    fn download(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        dst.copy_from_slice(self.lock().read(src.0, dst.len())?);
+        Ok(())
+    }
+    fn memset(&self, dst: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        self.lock().write(dst.0, len)?.fill(byte);
+        Ok(())
+    }
+    fn copy_async(&self, dst: DevicePtr, src: DevicePtr, len: usize, _stream: u64) -> Result<()> {
+        let mut m = self.lock();
+        let data = m.read(src.0, len)?.to_vec();
+        m.write(dst.0, len)?.copy_from_slice(&data);
+        Ok(())
+    }
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        let used = self.lock().used;
+        let total = self.capacity.unwrap_or(usize::MAX / 2);
+        Ok((total - used, total))
+    }
+    fn has_kernel(&self, name: &str) -> bool {
+        cpu_kernels::KERNELS.contains(&name) && !self.missing.contains(name)
+    }
+    fn launch(&self, launch: &Launch, _stream: u64) -> Result<()> {
+        if !self.has_kernel(launch.kernel) {
+            return Err(Error::MissingKernel(launch.kernel.into()));
+        }
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        cpu_kernels::run(&mut self.lock(), launch)
+    }
+    fn synchronize(&self, _stream: u64) -> Result<()> {
+        Ok(())
+    }
+    fn launch_count(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+    fn record_event(&self, _stream: u64) -> Result<Event> {
+        let id = self.next_event.fetch_add(1, Ordering::Relaxed);
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
+        Ok(Event(id))
+    }
+    fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32> {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let (a, b) = (ev.remove(&start.0), ev.remove(&end.0));
+        match (a, b) {
+            (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
+            _ => Err(Error::Invalid("unknown event".into())),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The CUDA backend: the driver API through cudarc, loaded at run time (no CUDA needed to
+//! build), running the PTX that build.rs embedded.
+use super::{DevicePtr, Event, GpuBackend, Launch};
+use crate::error::{Error, Result};
+use cudarc::driver::{result as cu, sys};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// One CUDA device (its primary context) with the embedded module loaded.
+pub struct CudaBackend {
+    ctx: sys::CUcontext,
+    module: sys::CUmodule,
+    functions: Mutex<HashMap<String, Option<usize>>>,
+    name: String,
+    sms: u32,
+    max_smem: u32,
+    launches: AtomicU64,
+}
+
+// SAFETY: CUDA contexts, modules and functions may be used from any thread once made current;
+// every method makes the context current first, and the function cache is behind a mutex.
+unsafe impl Send for CudaBackend {}
+// SAFETY: as above; the driver API is thread-safe.
+unsafe impl Sync for CudaBackend {}
+
+fn drv(e: cu::DriverError) -> Error {
+    Error::Driver(format!("{e:?}"))
+}
+
+impl CudaBackend {
+    /// Device 0 with the library's embedded kernels.
+    pub fn new() -> Result<Self> {
+        Self::with_ptx(0, crate::PTX)
+    }
+
+    /// Device `ordinal` with the given PTX module. Fails cleanly (no panic) when there is no
+    /// driver, no device, or the module does not load.
+    pub fn with_ptx(ordinal: i32, ptx: &str) -> Result<Self> {
+        // SAFETY: only probes for the library; nothing is called through it if absent.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::NoDevice("libcuda (the NVIDIA driver) was not found".into()));
+        }
+        cu::init().map_err(|e| Error::NoDevice(format!("cuInit: {e:?}")))?;
+        let count = cu::device::get_count().map_err(drv)?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
+        }
+        let dev = cu::device::get(ordinal).map_err(drv)?;
+        // SAFETY: dev is a valid device handle from the driver.
+        let ctx = unsafe { cu::primary_ctx::retain(dev) }.map_err(drv)?;
+        // SAFETY: ctx was just retained.
+        unsafe { cu::ctx::set_current(ctx) }.map_err(drv)?;
+        let name = cu::device::get_name(dev).map_err(drv)?;
+        let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(drv);
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let max_smem = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        let image = CString::new(ptx).map_err(|_| Error::Invalid("PTX contains a NUL byte".into()))?;
+        // SAFETY: image is a NUL-terminated PTX text that outlives the call.
+        let module = unsafe { cu::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| Error::Driver(format!("loading the PTX module: {e:?}")))?;
+        Ok(CudaBackend { ctx, module, functions: Mutex::new(HashMap::new()), name, sms, max_smem, launches: AtomicU64::new(0) })
+    }
+
+    fn current(&self) -> Result<()> {
+        // SAFETY: self.ctx stays retained for the backend's life.
+        unsafe { cu::ctx::set_current(self.ctx) }.map_err(drv)
+    }
+
+    /// The function handle of `name` (as usize for Send), looked up once and cached.
+    fn function(&self, name: &str) -> Result<Option<usize>> {
+        let mut f = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = f.get(name) {
+            return Ok(*v);
+        }
+        self.current()?;
+        let c = CString::new(name).map_err(|_| Error::Invalid("kernel name with NUL".into()))?;
+        // SAFETY: module is loaded; c is a valid C string.
+        let func = match unsafe { cu::module::get_function(self.module, c) } {
+            Ok(func) => {
+                // Let every kernel use the device's opt-in shared memory when it asks for it.
+                // SAFETY: func is a valid function of the loaded module.
+                unsafe {
+                    cu::function::set_function_attribute(
+                        func,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        self.max_smem as i32,
+                    )
+                }
+                .map_err(drv)?;
+                Some(func as usize)
+            }
+            Err(_) => None,
+        };
+        f.insert(name.to_string(), func);
+        Ok(func)
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // SAFETY: the module was loaded by this backend and nothing uses it after drop.
+        unsafe {
+            let _ = cu::ctx::set_current(self.ctx);
+            let _ = cu::module::unload(self.module);
+        }
+    }
+}
+
+impl GpuBackend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+    fn device_name(&self) -> String {
+        self.name.clone()
+    }
+    fn sm_count(&self) -> u32 {
+        self.sms
+    }
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        if bytes == 0 {
+            return Err(Error::Invalid("allocation of 0 bytes".into()));
+        }
+        self.current()?;
+        // SAFETY: a plain device allocation.
+        match unsafe { cu::malloc_sync(bytes) } {
+            Ok(p) => Ok(DevicePtr(p)),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                let free = cu::mem_get_info().map(|m| m.0).unwrap_or(0);
+                Err(Error::OutOfMemory { requested: bytes, free })
+            }
+            Err(e) => Err(drv(e)),
+        }
+    }
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.current()?;
+        // SAFETY: ptr came from alloc (the layer frees each allocation once).
+        unsafe { cu::free_sync(ptr.0) }.map_err(drv)
+    }
+    fn bytes_from(&self, ptr: DevicePtr) -> Option<usize> {
+        self.current().ok()?;
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: out-pointers are valid; the driver validates ptr.
+        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr.0) };
+        (r == sys::CUresult::CUDA_SUCCESS).then(|| size - (ptr.0 - base) as usize)
+    }
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        self.current()?;
+        // SAFETY: the driver checks dst; src is a valid host slice.
+        unsafe { cu::memcpy_htod_sync(dst.0, src) }.map_err(drv)
+    }
+    fn download(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        self.current()?;
+        cu::ctx::synchronize().map_err(drv)?;
+        // SAFETY: as upload.
+        unsafe { cu::memcpy_dtoh_sync(dst, src.0) }.map_err(drv)
+    }
+    fn memset(&self, dst: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        self.current()?;
+        // SAFETY: the driver checks the range.
+        unsafe { cu::memset_d8_sync(dst.0, byte, len) }.map_err(drv)
+    }
+    fn copy_async(&self, dst: DevicePtr, src: DevicePtr, len: usize, stream: u64) -> Result<()> {
+        self.current()?;
+        // SAFETY: the driver checks both ranges; stream is the caller's.
+        unsafe { cu::memcpy_dtod_async(dst.0, src.0, len, stream as sys::CUstream) }.map_err(drv)
+    }
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        self.current()?;
+        cu::mem_get_info().map_err(drv)
+    }
+    fn has_kernel(&self, name: &str) -> bool {
+        matches!(self.function(name), Ok(Some(_)))
+    }
+    fn launch(&self, l: &Launch, stream: u64) -> Result<()> {
+        let func = self.function(l.kernel)?.ok_or_else(|| Error::MissingKernel(l.kernel.into()))? as sys::CUfunction;
+        if l.smem > self.max_smem {
+            return Err(Error::Invalid(format!("{}: {} bytes of shared memory, device allows {}", l.kernel, l.smem, self.max_smem)));
+        }
+        self.current()?;
+        let mut size = l.params.len();
+        let mut extra = [
+            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+            l.params.as_ptr() as *mut c_void,
+            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+            &mut size as *mut usize as *mut c_void,
+            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
+        ];
+        // SAFETY: func is a kernel of the loaded module whose single parameter is the block in
+        // l.params (built from the same struct the kernel declares); the buffer outlives the call.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                func,
+                l.grid.0,
+                l.grid.1,
+                l.grid.2,
+                l.block.0,
+                l.block.1,
+                l.block.2,
+                l.smem,
+                stream as sys::CUstream,
+                std::ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Driver(format!("launching {}: {r:?}", l.kernel)));
+        }
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn synchronize(&self, stream: u64) -> Result<()> {
+        self.current()?;
+        // SAFETY: stream is the caller's handle.
+        unsafe { cu::stream::synchronize(stream as sys::CUstream) }.map_err(drv)
+    }
+    fn launch_count(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+    fn record_event(&self, stream: u64) -> Result<Event> {
+        self.current()?;
+        let e = cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv)?;
+        // SAFETY: e was just created; stream is the caller's.
+        unsafe { cu::event::record(e, stream as sys::CUstream) }.map_err(drv)?;
+        Ok(Event(e as u64))
+    }
+    fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32> {
+        self.current()?;
+        let (a, b) = (start.0 as sys::CUevent, end.0 as sys::CUevent);
+        // SAFETY: both events were recorded by record_event and are destroyed once, here.
+        unsafe {
+            let r = cu::event::synchronize(b).and_then(|_| cu::event::elapsed(a, b));
+            let _ = cu::event::destroy(a);
+            let _ = cu::event::destroy(b);
+            r.map_err(drv)
+        }
+    }
+}

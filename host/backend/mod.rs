@@ -1,0 +1,86 @@
+//! The seam between the layer and a device: memory, kernels, streams and timing.
+//!
+//! [`GpuBackend`] is object-safe; the layer holds an `Arc<dyn GpuBackend>`. Two implementations:
+//! [`CudaBackend`] (the GPU, through the CUDA driver loaded at run time) and [`CpuBackend`] (the
+//! reference: it executes the same [`Launch`]es with plain Rust math on host memory).
+mod cpu;
+pub(crate) mod cpu_kernels;
+mod cuda;
+
+pub use cpu::CpuBackend;
+pub use cuda::CudaBackend;
+
+use crate::error::Result;
+
+/// An opaque 64-bit device address (a `CUdeviceptr` on CUDA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The null pointer.
+    pub const NULL: DevicePtr = DevicePtr(0);
+
+    /// `self + bytes`.
+    pub fn offset(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+}
+
+/// One kernel launch: the entry point's name, grid and block sizes, dynamic shared memory in
+/// bytes, and the bytes of its parameter block (see `denseffn_device::params`).
+#[derive(Clone, Copy, Debug)]
+pub struct Launch<'a> {
+    /// Entry point name, e.g. `gemv_nvfp4_gate_up`.
+    pub kernel: &'static str,
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub smem: u32,
+    /// The parameter block, exactly as the kernel's single by-value parameter.
+    pub params: &'a [u8],
+}
+
+/// A recorded point in a stream's timeline, for GPU-event timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event(pub u64);
+
+/// What a device offers the layer. `stream` is a raw stream handle (`CUstream`; 0 is the legacy
+/// default stream), as engines pass it.
+pub trait GpuBackend: Send + Sync {
+    /// Short name for logs and tables (`cuda`, `cpu`).
+    fn name(&self) -> &'static str;
+    /// Device name (e.g. `NVIDIA H200`).
+    fn device_name(&self) -> String;
+    /// Multiprocessors, for launch planning.
+    fn sm_count(&self) -> u32;
+    /// Allocates `bytes` (> 0) of device memory.
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Frees an allocation made by [`GpuBackend::alloc`].
+    fn free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Bytes from `ptr` to the end of its allocation, or `None` if `ptr` is in none.
+    fn bytes_from(&self, ptr: DevicePtr) -> Option<usize>;
+    /// Copies host bytes to the device (synchronous).
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
+    /// Copies device bytes to the host (synchronous: waits for all prior work).
+    fn download(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
+    /// Sets `len` bytes at `dst` to `byte` (synchronous).
+    fn memset(&self, dst: DevicePtr, byte: u8, len: usize) -> Result<()>;
+    /// Device-to-device copy, ordered on `stream`.
+    fn copy_async(&self, dst: DevicePtr, src: DevicePtr, len: usize, stream: u64) -> Result<()>;
+    /// (free, total) device memory in bytes.
+    fn mem_info(&self) -> Result<(usize, usize)>;
+    /// Whether the loaded module has the entry point `name`.
+    fn has_kernel(&self, name: &str) -> bool;
+    /// Enqueues a launch on `stream`.
+    fn launch(&self, launch: &Launch, stream: u64) -> Result<()>;
+    /// Waits until all work on `stream` is done.
+    fn synchronize(&self, stream: u64) -> Result<()>;
+    /// Launches so far (both backends count them; tests assert per-path launch counts).
+    fn launch_count(&self) -> u64;
+    /// Records an event on `stream`.
+    fn record_event(&self, stream: u64) -> Result<Event>;
+    /// Milliseconds between two recorded events (waits for `end`); destroys both.
+    fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32>;
+}

@@ -1,0 +1,74 @@
+//! Per-caller scratch and output buffers.
+use super::plan::GemvPlan;
+use super::DenseFfnLayer;
+use crate::backend::DevicePtr;
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+
+/// Most tokens one GEMV launch carries (the B operand's 8 columns).
+pub const MAX_GEMV_TOKENS: usize = 8;
+
+/// Scratch and output buffers for one caller of a layer. Two contexts may run the same layer at
+/// once on two streams; one context must not be used by two streams at once (`&mut` enforces it).
+///
+/// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; split-K
+/// workspace; split-K counters (zero between launches: each launch's last block resets them).
+pub struct ForwardContext {
+    pub(crate) max_tokens: usize,
+    pub(crate) hidden: usize,
+    pub(crate) intermediate: usize,
+    pub(crate) g: DeviceBuffer,
+    pub(crate) u: DeviceBuffer,
+    pub(crate) a: DeviceBuffer,
+    pub(crate) out: DeviceBuffer,
+    pub(crate) ws: DeviceBuffer,
+    pub(crate) counters: DeviceBuffer,
+}
+
+impl ForwardContext {
+    /// Scratch for `layer` and up to `max_tokens` tokens per call (≥ 1).
+    pub fn new(layer: &DenseFfnLayer, max_tokens: usize) -> Result<Self> {
+        if max_tokens == 0 {
+            return Err(Error::Invalid("ForwardContext: max_tokens must be at least 1".into()));
+        }
+        let gpu = layer.gpu();
+        let (h, i) = (layer.hidden(), layer.intermediate());
+        let sms = gpu.sm_count();
+        let mut ws = 1usize;
+        let mut groups = 1usize;
+        for m in 1..=MAX_GEMV_TOKENS {
+            for (n, k) in [(i, h), (h, i)] {
+                let p = GemvPlan::new(n, k, m, sms);
+                ws = ws.max(p.workspace_elems(n, m));
+                groups = groups.max(p.row_groups as usize);
+            }
+        }
+        let act = MAX_GEMV_TOKENS * i * 4;
+        Ok(ForwardContext {
+            max_tokens,
+            hidden: h,
+            intermediate: i,
+            g: DeviceBuffer::alloc(gpu, act)?,
+            u: DeviceBuffer::alloc(gpu, act)?,
+            a: DeviceBuffer::alloc(gpu, act)?,
+            out: DeviceBuffer::alloc(gpu, max_tokens.max(MAX_GEMV_TOKENS) * h * 2)?,
+            ws: DeviceBuffer::alloc(gpu, ws * 4)?,
+            counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
+        })
+    }
+
+    /// The output buffer (bf16 `[max_tokens][hidden]`).
+    pub fn output(&self) -> DevicePtr {
+        self.out.ptr()
+    }
+
+    /// Tokens per call this context holds.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// Bytes of scratch held.
+    pub fn bytes(&self) -> usize {
+        [&self.g, &self.u, &self.a, &self.out, &self.ws, &self.counters].iter().map(|b| b.len()).sum()
+    }
+}

@@ -1,0 +1,141 @@
+//! Host-side weights: NVFP4 matrices in the ModelOpt layout, the quantizer f32 → NVFP4, checks,
+//! and the repacking into the tiled decode layout.
+use crate::error::{Error, Result};
+use denseffn_device::formats::nvfp4::{self, TILE_K, TILE_ROWS};
+use denseffn_device::formats::{e2m1, e4m3};
+use rand::{Rng, RngCore};
+
+/// An NVFP4 matrix `[rows, cols]` on the host in the ModelOpt layout: `codes` u8
+/// `[rows, cols/2]` (even column in the low nibble), `scales` E4M3 `[rows, cols/16]`, `global` f32.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nvfp4Host {
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Packed E2M1 codes.
+    pub codes: Vec<u8>,
+    /// E4M3 scale per 16 values of a row.
+    pub scales: Vec<u8>,
+    /// Per-tensor scale (`weight_scale_2`).
+    pub global: f32,
+}
+
+impl Nvfp4Host {
+    /// Quantizes row-major f32 weights: global = amax / (6·448), per-16 scale = E4M3(amax16 / 6
+    /// / global), codes = nearest E2M1 of `v / (scale·global)`. NaN/Inf weights are an error.
+    pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Result<Self> {
+        check_dims("weights", rows, cols)?;
+        if w.len() != rows * cols {
+            return Err(Error::Shape(format!("weights: {} values for [{rows}, {cols}]", w.len())));
+        }
+        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+            return Err(Error::BadWeights(format!("weight [{}, {}] is {}", i / cols, i % cols, w[i])));
+        }
+        let amax = w.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+        let global = if amax > 0.0 { amax / (e2m1::MAX * e4m3::MAX) } else { 1.0 };
+        let mut codes = vec![0u8; rows * cols / 2];
+        let mut scales = vec![0u8; rows * cols / nvfp4::GROUP];
+        for (gi, group) in w.chunks_exact(nvfp4::GROUP).enumerate() {
+            let gmax = group.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+            let s = e4m3::encode(gmax / e2m1::MAX / global);
+            scales[gi] = s;
+            let step = e4m3::decode(s) * global;
+            for (j, &v) in group.iter().enumerate() {
+                let c = if step > 0.0 { e2m1::encode(v / step) } else { 0 };
+                let idx = gi * nvfp4::GROUP + j;
+                codes[idx / 2] |= if idx % 2 == 0 { c } else { c << 4 };
+            }
+        }
+        Ok(Nvfp4Host { rows, cols, codes, scales, global })
+    }
+
+    /// Random NVFP4 weights: every code equally likely, scales E4M3-encoded from [0.25, 1.0),
+    /// global `global`. Real values, fast to make at model size (no f32 pass).
+    pub fn random(rows: usize, cols: usize, global: f32, rng: &mut impl RngCore) -> Result<Self> {
+        check_dims("weights", rows, cols)?;
+        let mut codes = vec![0u8; rows * cols / 2];
+        rng.fill_bytes(&mut codes);
+        let scales = (0..rows * cols / nvfp4::GROUP).map(|_| e4m3::encode(rng.random_range(0.25f32..1.0))).collect();
+        Ok(Nvfp4Host { rows, cols, codes, scales, global })
+    }
+
+    /// Checks sizes and values: buffers match the shape; no NaN or negative scale; a finite,
+    /// positive global scale. Names `tensor` in the error.
+    pub fn validate(&self, tensor: &str) -> Result<()> {
+        check_dims(tensor, self.rows, self.cols)?;
+        if self.codes.len() != self.rows * self.cols / 2 {
+            return Err(Error::Shape(format!("{tensor}: {} code bytes for [{}, {}], expected {}", self.codes.len(), self.rows, self.cols, self.rows * self.cols / 2)));
+        }
+        if self.scales.len() != self.rows * self.cols / nvfp4::GROUP {
+            return Err(Error::Shape(format!("{tensor}: {} scales for [{}, {}], expected {}", self.scales.len(), self.rows, self.cols, self.rows * self.cols / nvfp4::GROUP)));
+        }
+        if let Some(i) = self.scales.iter().position(|&s| s & 0x7F == 0x7F || (s & 0x80 != 0 && s != 0x80)) {
+            let what = if self.scales[i] & 0x7F == 0x7F { "NaN" } else { "negative" };
+            return Err(Error::BadWeights(format!("{tensor}: scale {i} (row {}) is {what} (byte {:#04x})", i / (self.cols / nvfp4::GROUP), self.scales[i])));
+        }
+        if !(self.global.is_finite() && self.global > 0.0) {
+            return Err(Error::BadWeights(format!("{tensor}: global scale {} must be finite and positive", self.global)));
+        }
+        Ok(())
+    }
+
+    /// Row-major f32 values (global scale included).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        for r in 0..self.rows {
+            for c in 0..self.cols {
+                out.push(nvfp4::modelopt_value(&self.codes, &self.scales, self.global, self.cols, r, c));
+            }
+        }
+        out
+    }
+
+    /// The tiled decode layout: (codes, scales). Needs rows % 16 == 0 and cols % 64 == 0.
+    pub fn to_tiled(&self, tensor: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.validate(tensor)?;
+        if self.rows % TILE_ROWS != 0 || self.cols % TILE_K != 0 {
+            return Err(Error::Shape(format!(
+                "{tensor}: [{}, {}] does not fit the decode layout (rows must be a multiple of {TILE_ROWS}, columns of {TILE_K})",
+                self.rows, self.cols
+            )));
+        }
+        let k_tiles = self.cols / TILE_K;
+        let mut codes = vec![0u8; self.codes.len()];
+        let mut scales = vec![0u8; self.scales.len()];
+        for r in 0..self.rows {
+            for c in 0..self.cols {
+                let (off, slot) = nvfp4::tiled_code_pos(r, c, k_tiles);
+                let w = u32::from_le_bytes(codes[off..off + 4].try_into().expect("4 bytes"));
+                let w = nvfp4::put_slot(w, slot, nvfp4::modelopt_code(&self.codes, self.cols, r, c));
+                codes[off..off + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            for gi in 0..self.cols / nvfp4::GROUP {
+                scales[nvfp4::tiled_scale_pos(r, gi * nvfp4::GROUP, k_tiles)] = self.scales[r * self.cols / nvfp4::GROUP + gi];
+            }
+        }
+        Ok((codes, scales))
+    }
+}
+
+fn check_dims(tensor: &str, rows: usize, cols: usize) -> Result<()> {
+    if rows == 0 || cols == 0 {
+        return Err(Error::Shape(format!("{tensor}: zero-sized [{rows}, {cols}]")));
+    }
+    if cols % nvfp4::GROUP != 0 {
+        return Err(Error::Shape(format!("{tensor}: {cols} columns is not a multiple of the NVFP4 group ({})", nvfp4::GROUP)));
+    }
+    Ok(())
+}
+
+/// Random bf16-representable activations, N(0, 1), as f32 (never all zero).
+pub fn random_activations(len: usize, rng: &mut impl RngCore) -> Vec<f32> {
+    (0..len)
+        .map(|_| {
+            // Box–Muller from two uniforms: enough for test inputs, no extra dependency.
+            let (u1, u2): (f32, f32) = (rng.random_range(1e-7..1.0), rng.random());
+            let v = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos();
+            half::bf16::from_f32(v).to_f32()
+        })
+        .collect()
+}
