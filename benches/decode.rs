@@ -1,1 +1,178 @@
-fn main(){}
+//! Decode `forward()` on the H200 beside its anchors, measured in the same run:
+//! device-to-device copy bandwidth and a cuBLAS bf16 FFN (gate+up as one GEMM, then down; the
+//! activation between them is left out of the anchor, <1% of its bytes).
+//!
+//! Timing: GPU events around `iters` back-to-back calls on one stream (criterion `iter_custom`).
+//! A summary table (µs, effective weight GB/s, ratio to cuBLAS) goes to stdout and to
+//! `$DENSEFFN_BENCH_OUT` (default `target/bench-decode.md`). Without a GPU it says so and exits.
+use criterion::{criterion_group, criterion_main, Criterion};
+use cudarc::cublas::{result as blas, sys as bsys};
+use denseffn::backend::{CudaBackend, DevicePtr, GpuBackend};
+use denseffn::buffer::DeviceBuffer;
+use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, ForwardContext};
+use denseffn::pack::{random_activations, Nvfp4Host};
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SHAPES: &[(&str, usize, usize)] = &[("llama3-8b", 4096, 14336), ("qwen3-32b", 5120, 25600), ("llama3-70b", 8192, 28672)];
+
+/// Seconds per call of `f`, from GPU events around `iters` calls.
+fn gpu_time(gpu: &dyn GpuBackend, iters: u64, mut f: impl FnMut()) -> Duration {
+    let a = gpu.record_event(0).unwrap();
+    for _ in 0..iters {
+        f();
+    }
+    let b = gpu.record_event(0).unwrap();
+    Duration::from_secs_f64(gpu.elapsed_ms(a, b).unwrap() as f64 * 1e-3)
+}
+
+/// Median of `reps` timings of `iters` calls each, µs per call.
+fn median_us(gpu: &dyn GpuBackend, reps: usize, iters: u64, mut f: impl FnMut()) -> f64 {
+    let mut v: Vec<f64> = (0..reps).map(|_| gpu_time(gpu, iters, &mut f).as_secs_f64() * 1e6 / iters as f64).collect();
+    v.sort_by(f64::total_cmp);
+    v[reps / 2]
+}
+
+struct Cublas {
+    handle: bsys::cublasHandle_t,
+}
+
+impl Cublas {
+    /// `y[ntok][out] = W[out][inp] · x[ntok][inp]`, all bf16, f32 compute.
+    fn gemm(&self, w: DevicePtr, x: DevicePtr, y: DevicePtr, out: usize, inp: usize, ntok: usize) {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: all pointers are live device allocations of the sizes the dimensions imply.
+        unsafe {
+            blas::gemm_ex(
+                self.handle,
+                bsys::cublasOperation_t::CUBLAS_OP_T,
+                bsys::cublasOperation_t::CUBLAS_OP_N,
+                out as i32,
+                ntok as i32,
+                inp as i32,
+                &alpha as *const f32 as *const c_void,
+                w.0 as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                inp as i32,
+                x.0 as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                inp as i32,
+                &beta as *const f32 as *const c_void,
+                y.0 as *mut c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                out as i32,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+            .expect("cublasGemmEx");
+        }
+    }
+}
+
+fn random_bf16(gpu: &Arc<dyn GpuBackend>, n: usize, rng: &mut SmallRng) -> DeviceBuffer {
+    let mut b = vec![0u8; n * 2];
+    rng.fill_bytes(&mut b);
+    // Finite values of magnitude 2^-7..2^-6 with random signs and mantissas.
+    for c in b.chunks_exact_mut(2) {
+        let v = (u16::from_le_bytes([c[0], c[1]]) & 0x807F) | 0x3C00;
+        c.copy_from_slice(&v.to_le_bytes());
+    }
+    DeviceBuffer::from_bytes(gpu, &b).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            println!("decode bench skipped: {e}");
+            return;
+        }
+    };
+    // SAFETY: creating a cuBLAS handle in the backend's (current) context.
+    let cublas = match blas::create_handle() {
+        Ok(h) => Cublas { handle: h },
+        Err(e) => {
+            println!("decode bench skipped: cuBLAS unavailable: {e:?}");
+            return;
+        }
+    };
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut rows = Vec::new();
+
+    // The copy ceiling of this card, same run: 1 GiB device to device (read + write counted).
+    let n = 1usize << 30;
+    let (src, dst) = (DeviceBuffer::zeroed(&gpu, n).unwrap(), DeviceBuffer::zeroed(&gpu, n).unwrap());
+    let copy_us = median_us(&*gpu, 5, 10, || gpu.copy_async(dst.ptr(), src.ptr(), n, 0).unwrap());
+    let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
+    drop((src, dst));
+
+    let mut group = c.benchmark_group("decode");
+    group.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    for &(name, h, i) in SHAPES {
+        let gs = 0.5 / (h as f32).sqrt();
+        let ds = 0.5 / (i as f32).sqrt();
+        let gate = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
+        let up = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
+        let down = Nvfp4Host::random(h, i, ds, &mut rng).unwrap();
+        let layer = DenseFfnLayer::new(DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(), gpu.clone()).unwrap();
+        drop((gate, up, down));
+        let mut ctx = ForwardContext::new(&layer, 1).unwrap();
+        let xb: Vec<u8> = random_activations(h, &mut rng).iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let x = DeviceBuffer::from_bytes(&gpu, &xb).unwrap();
+        group.bench_function(format!("nvfp4_forward/{name}"), |b| {
+            b.iter_custom(|iters| gpu_time(&*gpu, iters, || {
+                layer.forward(x.ptr(), &mut ctx, 0).unwrap();
+            }))
+        });
+        let ours = median_us(&*gpu, 11, 50, || {
+            layer.forward(x.ptr(), &mut ctx, 0).unwrap();
+        });
+        let bytes = layer.weights().decode_bytes();
+        drop(layer);
+
+        let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
+        let wd = random_bf16(&gpu, h * i, &mut rng);
+        let xin = random_bf16(&gpu, h, &mut rng);
+        let gu = random_bf16(&gpu, 2 * i, &mut rng);
+        let y = random_bf16(&gpu, h, &mut rng);
+        let anchor = || {
+            cublas.gemm(wgu.ptr(), xin.ptr(), gu.ptr(), 2 * i, h, 1);
+            cublas.gemm(wd.ptr(), gu.ptr(), y.ptr(), h, i, 1);
+        };
+        group.bench_function(format!("cublas_bf16_ffn/{name}"), |b| b.iter_custom(|iters| gpu_time(&*gpu, iters, anchor)));
+        let theirs = median_us(&*gpu, 11, 50, anchor);
+        let bf16_bytes = 3 * h * i * 2;
+        rows.push(format!(
+            "| {name} | {h}×{i} | {ours:.1} | {:.0} | {:.2} | {theirs:.1} | {:.0} | {:.2}× |",
+            bytes as f64 / ours / 1e3,
+            bytes as f64 / ours / 1e3 / copy_gbs,
+            bf16_bytes as f64 / theirs / 1e3,
+            theirs / ours
+        ));
+    }
+    group.finish();
+    // SAFETY: the handle was created above and is not used after this.
+    unsafe { blas::destroy_handle(cublas.handle).ok() };
+
+    let mut md = format!(
+        "Device: {} ({} SMs). Copy (device to device, read+write): {copy_gbs:.0} GB/s.\n\n\
+         | model | hidden×inter | NVFP4 forward µs | NVFP4 GB/s | ÷ copy | cuBLAS bf16 FFN µs | cuBLAS GB/s | speed-up vs cuBLAS |\n|---|---|---|---|---|---|---|---|\n",
+        gpu.device_name(),
+        gpu.sm_count()
+    );
+    for r in &rows {
+        md.push_str(r);
+        md.push('\n');
+    }
+    println!("\n{md}");
+    let path = std::env::var("DENSEFFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-decode.md".into());
+    if let Err(e) = std::fs::write(&path, &md) {
+        println!("could not write {path}: {e}");
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -101,17 +101,45 @@ impl Nvfp4Host {
             )));
         }
         let k_tiles = self.cols / TILE_K;
-        let mut codes = vec![0u8; self.codes.len()];
-        let mut scales = vec![0u8; self.scales.len()];
-        for r in 0..self.rows {
-            for c in 0..self.cols {
-                let (off, slot) = nvfp4::tiled_code_pos(r, c, k_tiles);
-                let w = u32::from_le_bytes(codes[off..off + 4].try_into().expect("4 bytes"));
-                let w = nvfp4::put_slot(w, slot, nvfp4::modelopt_code(&self.codes, self.cols, r, c));
-                codes[off..off + 4].copy_from_slice(&w.to_le_bytes());
+        // Bit pattern of each (slot, code): a word is the OR of its eight slots' patterns.
+        let mut pattern = [[0u32; 16]; 8];
+        for (slot, p) in pattern.iter_mut().enumerate() {
+            for (code, v) in p.iter_mut().enumerate() {
+                *v = nvfp4::put_slot(0, slot, code as u8);
             }
-            for gi in 0..self.cols / nvfp4::GROUP {
-                scales[nvfp4::tiled_scale_pos(r, gi * nvfp4::GROUP, k_tiles)] = self.scales[r * self.cols / nvfp4::GROUP + gi];
+        }
+        let tile_bytes = nvfp4::TILE_CODE_BYTES;
+        let mut codes = vec![0u8; self.codes.len()];
+        let row_tiles = self.rows / TILE_ROWS;
+        let threads = std::thread::available_parallelism().map_or(1, |v| v.get()).min(row_tiles);
+        let per = row_tiles.div_ceil(threads);
+        std::thread::scope(|sc| {
+            for (i, out) in codes.chunks_mut(per * k_tiles * tile_bytes).enumerate() {
+                let pattern = &pattern;
+                sc.spawn(move || {
+                    for (lt, tile) in out.chunks_exact_mut(tile_bytes).enumerate() {
+                        let (rt, kt) = (i * per + lt / k_tiles, lt % k_tiles);
+                        for lane in 0..32 {
+                            let (g, t) = (lane / 4, lane % 4);
+                            for step in 0..4 {
+                                let mut w = 0u32;
+                                for (slot, p) in pattern.iter().enumerate() {
+                                    let row = rt * TILE_ROWS + g + if slot & 2 != 0 { 8 } else { 0 };
+                                    let col = kt * TILE_K + 16 * step + 2 * t + (slot & 1) + if slot & 4 != 0 { 8 } else { 0 };
+                                    w |= p[nvfp4::modelopt_code(&self.codes, self.cols, row, col) as usize];
+                                }
+                                tile[lane * 16 + step * 4..][..4].copy_from_slice(&w.to_le_bytes());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let mut scales = vec![0u8; self.scales.len()];
+        let groups = self.cols / nvfp4::GROUP;
+        for r in 0..self.rows {
+            for gi in 0..groups {
+                scales[nvfp4::tiled_scale_pos(r, gi * nvfp4::GROUP, k_tiles)] = self.scales[r * groups + gi];
             }
         }
         Ok((codes, scales))

@@ -1,1 +1,95 @@
-fn main() {}
+//! `cargo xtask gpu-bundle`: builds every test and bench binary (release) here, copies them into
+//! `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a machine that has a GPU but no Rust.
+//!
+//! There: `bash gpu-bundle/run.sh [tests|bench|all]` runs them, writing logs and the bench
+//! table under `$OUT` (default `gpu-bundle/out`).
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn main() {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    match task.as_str() {
+        "gpu-bundle" => gpu_bundle(),
+        _ => {
+            eprintln!("usage: cargo xtask gpu-bundle");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs `cargo <args> --message-format=json` and returns (kind, name, executable) of each
+/// test or bench artifact.
+fn built_executables(args: &[&str]) -> Vec<(String, String, PathBuf)> {
+    let out = Command::new(env!("CARGO"))
+        .args(args)
+        .arg("--message-format=json")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo");
+    if !out.status.success() {
+        eprintln!("cargo {args:?} failed");
+        std::process::exit(1);
+    }
+    let mut v = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if msg["reason"] != "compiler-artifact" || !msg["profile"]["test"].as_bool().unwrap_or(false) {
+            continue;
+        }
+        let Some(exe) = msg["executable"].as_str() else { continue };
+        let kind = msg["target"]["kind"][0].as_str().unwrap_or("test").to_string();
+        let name = msg["target"]["name"].as_str().unwrap_or("unknown").replace('-', "_");
+        let pkg = msg["package_id"].as_str().unwrap_or("");
+        let name = if kind == "lib" && pkg.contains("device") { format!("device_{name}") } else { name };
+        v.push((kind, name, PathBuf::from(exe)));
+    }
+    v
+}
+
+fn gpu_bundle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let bundle = root.join("gpu-bundle");
+    let _ = fs::remove_dir_all(&bundle);
+    fs::create_dir_all(bundle.join("bin")).unwrap();
+    let mut exes = built_executables(&["test", "--release", "--no-run", "--workspace", "--exclude", "xtask"]);
+    exes.extend(built_executables(&["bench", "--no-run", "--package", "denseffn"]));
+    for (kind, name, exe) in &exes {
+        let file = match kind.as_str() {
+            "bench" => format!("bench-{name}"),
+            "test" => format!("test-{name}"),
+            other => format!("test-{other}-{name}"),
+        };
+        let dst = bundle.join("bin").join(file);
+        fs::copy(exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
+        println!("{}", dst.display());
+    }
+    fs::write(bundle.join("run.sh"), RUN_SH).unwrap();
+    println!("bundle ready: {} (carry it, then run `bash gpu-bundle/run.sh all`)", bundle.display());
+}
+
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all]
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/out}"; mkdir -p "$out"
+mode="${1:-all}"
+# cuBLAS for the bench anchors (cudarc loads it at run time): PyTorch's wheel carries one.
+lib="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '*/proc/*' 2>/dev/null | head -n 1)"
+[ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+rc=0
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  for t in "$here"/bin/test-*; do
+    echo "== $(basename "$t")" | tee -a "$out/tests.log"
+    "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$out/tests.log" || rc=1
+  done
+fi
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  for b in "$here"/bin/bench-*; do
+    echo "== $(basename "$b")" | tee -a "$out/bench.log"
+    DENSEFFN_BENCH_OUT="$out/$(basename "$b").md" "$b" --bench 2>&1 | tee -a "$out/bench.log" || rc=1
+  done
+fi
+exit $rc
+"#;

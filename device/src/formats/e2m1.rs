@@ -40,3 +40,35 @@ pub fn encode(v: f32) -> u8 {
         best | sign
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_decodes() {
+        let want = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        for c in 0..16u8 {
+            let v = decode(c);
+            let w = if c & 8 != 0 { -want[(c & 7) as usize] } else { want[(c & 7) as usize] };
+            assert_eq!(v, w, "code {c:#x}");
+        }
+    }
+
+    #[test]
+    fn encode_is_nearest_with_ties_to_even() {
+        for c in 0..16u8 {
+            let v = decode(c);
+            let back = encode(v);
+            assert_eq!(decode(back), v, "code {c:#x}");
+        }
+        assert_eq!(encode(0.25), 0); // tie 0 / 0.5 -> even (0)
+        assert_eq!(encode(0.75), 2); // tie 0.5 / 1.0 -> 1.0 (code 2, even)
+        assert_eq!(encode(2.5), 4); // tie 2 / 3 -> 2 (code 4)
+        assert_eq!(encode(5.0), 6); // tie 4 / 6 -> 4 (code 6)
+        assert_eq!(encode(5.1), 7);
+        assert_eq!(encode(100.0), 7);
+        assert_eq!(encode(-100.0), 15);
+        assert_eq!(encode(-0.1), 0);
+    }
+}

@@ -122,3 +122,62 @@ pub fn modelopt_value(codes: &[u8], scales: &[u8], global: f32, cols: usize, row
     let s = e4m3::decode(scales[row * (cols / GROUP) + col / GROUP]);
     e2m1::decode(modelopt_code(codes, cols, row, col)) * s * global
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_round_trip_and_do_not_overlap() {
+        let mut seen = 0u32;
+        for slot in 0..8 {
+            for b in slot_bits(slot) {
+                assert_eq!(seen & (1 << b), 0, "bit {b} used twice");
+                seen |= 1 << b;
+            }
+            for code in 0..16u8 {
+                let w = put_slot(0xFFFF_FFFF, slot, code);
+                assert_eq!(get_slot(w, slot), code);
+                assert_eq!(get_slot(put_slot(0, slot, code), slot), code);
+            }
+        }
+        assert_eq!(seen, u32::MAX);
+    }
+
+    /// The kernel's two masks turn every slot into an E4M3 byte worth e2m1 × 2^-6.
+    #[test]
+    fn kernel_masks_give_e4m3_bytes() {
+        for slot in 0..8 {
+            for code in 0..16u8 {
+                let w = put_slot(0, slot, code);
+                let p = w & 0x9C9C_9C9C;
+                let q = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
+                let byte = if slot < 4 { p >> (8 * slot) } else { q >> (8 * (slot - 4)) } as u8;
+                assert_eq!(e4m3::decode(byte), e2m1::decode(code) * TILED_E4M3_FACTOR, "slot {slot} code {code:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_positions_are_a_bijection() {
+        let k_tiles = 3;
+        let mut used = [0u8; 2 * TILE_CODE_BYTES * 3];
+        let mut scale_used = [false; 2 * TILE_SCALE_BYTES * 3];
+        for r in 0..32 {
+            for c in 0..64 * k_tiles {
+                let (off, slot) = tiled_code_pos(r, c, k_tiles);
+                assert_eq!(off % 4, 0);
+                let bit = 1u8 << slot;
+                assert_eq!(used[off] & bit, 0, "({r},{c}) collides");
+                used[off] |= bit;
+                if c % GROUP == 0 {
+                    let s = tiled_scale_pos(r, c, k_tiles);
+                    assert!(!scale_used[s]);
+                    scale_used[s] = true;
+                }
+            }
+        }
+        assert!(used.iter().step_by(4).all(|&b| b == 0xFF));
+        assert!(scale_used.iter().all(|&b| b));
+    }
+}

@@ -1,0 +1,56 @@
+//! CudaBackend against CpuBackend on model shapes. Skips (with the reason) without a GPU.
+mod common;
+use common::*;
+use denseffn::backend::{CpuBackend, CudaBackend, GpuBackend};
+use denseffn::layer::{FfnActivation, ForwardContext};
+use denseffn::reference::rel_l2;
+use std::sync::Arc;
+
+fn cuda() -> Option<Arc<dyn GpuBackend>> {
+    match CudaBackend::new() {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            eprintln!("skipping GPU test: {e}");
+            None
+        }
+    }
+}
+
+const SHAPES: &[(usize, usize)] = &[(4096, 14336), (5120, 25600), (2048, 5632), (1536, 8960)];
+
+#[test]
+fn decode_matches_cpu_reference_on_model_shapes() {
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    for &(h, i) in SHAPES {
+        let host = HostLayer::random(h, i, (h * 31 + i) as u64);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let x = activations(3 * h, h as u64 + 1);
+            let want = {
+                let layer = host.layer(&cpu, act);
+                let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+                let y = layer.forward_batched(upload_bf16(&cpu, &x), 3, &mut ctx, 0).unwrap();
+                download_bf16(&cpu, y, 3 * h)
+            };
+            let layer = host.layer(&gpu, act);
+            let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+            let xg = upload_bf16(&gpu, &x);
+            // Poison the output so unwritten elements show up as NaN.
+            gpu.memset(ctx.output(), 0xFF, 3 * h * 2).unwrap();
+            let before = gpu.launch_count();
+            let y = layer.forward(xg, &mut ctx, 0).unwrap();
+            assert_eq!(gpu.launch_count() - before, layer.decode_kernels().len() as u64);
+            let got1 = download_bf16(&gpu, y, h);
+            let err1 = rel_l2(&got1, &want[..h]);
+            // Again: split-K counters must have been reset by the first call.
+            let again = download_bf16(&gpu, layer.forward(xg, &mut ctx, 0).unwrap(), h);
+            assert_eq!(got1, again, "({h},{i}) {act:?}: second call differs");
+            gpu.memset(ctx.output(), 0xFF, 3 * h * 2).unwrap();
+            let got3 = download_bf16(&gpu, layer.forward_batched(xg, 3, &mut ctx, 0).unwrap(), 3 * h);
+            let err3 = rel_l2(&got3, &want);
+            eprintln!("({h}, {i}) {act:?}: rel L2 vs CPU reference: forward {err1:.2e}, forward_batched(3) {err3:.2e}");
+            assert!(got3.iter().all(|v| v.is_finite()), "unwritten or non-finite outputs");
+            assert!(err1 <= 1e-2 && err3 <= 1e-2, "({h},{i}) {act:?}: {err1} {err3}");
+        }
+    }
+}
