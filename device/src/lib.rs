@@ -4,7 +4,7 @@
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, link_llvm_intrinsics)
 )]
 
 pub mod formats;

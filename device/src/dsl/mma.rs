@@ -11,6 +11,7 @@ pub fn mma_f16_f32(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     let d: [f32; 4];
     let (d0, d1, d2, d3);
     // SAFETY: a warp-synchronous tensor-core op; callers run it with the full warp converged.
+    // Not `pure`: a side-effecting asm is never sunk into a branch that only some lanes take.
     unsafe {
         asm!(
             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
@@ -18,7 +19,7 @@ pub fn mma_f16_f32(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
             a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
             b0 = in(reg32) b[0], b1 = in(reg32) b[1],
             c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
-            options(nostack, pure, nomem)
+            options(nostack, nomem)
         );
     }
     d = [d0, d1, d2, d3];
