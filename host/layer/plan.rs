@@ -5,10 +5,8 @@ use denseffn_device::params::{gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
 pub const GEMV_SMEM_BUDGET: u32 = 48 * 1024;
-/// Blocks per SM below which the planner assumes memory is not kept busy.
-const MIN_BLOCKS_PER_SM: u32 = 3;
-/// What staging a block's activations costs, in chunks of streaming.
-const STAGING_CHUNKS: u32 = 2;
+/// Blocks per SM the planner aims for.
+const BLOCKS_PER_SM: u32 = 4;
 
 /// The schedule of one GEMV launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,30 +20,16 @@ pub struct GemvPlan {
 }
 
 impl GemvPlan {
-    /// Plans `out[m][n] = W[n][k]·act[m][k]`. The split count minimises the modelled time
-    /// `max(blocks per SM, 3) × (chunks per split + 2)`: enough blocks per SM to keep memory
-    /// busy (3 of 8 warps each), balanced waves, and a staging cost of about two chunks per
-    /// block; the staged activations must fit the shared-memory budget. Ties go to fewer splits.
+    /// Plans `out[m][n] = W[n][k]·act[m][k]`: enough splits to give every SM several blocks,
+    /// and few enough chunks per split that the staged activations fit the shared-memory budget.
     pub fn new(n: usize, k: usize, m: usize, sm_count: u32) -> Self {
         let (n, k_tiles, m) = (n as u32, (k / TILE_K) as u32, m as u32);
         let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
         let max_chunks = ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * TILE_K as u32 * 2)).max(1);
-        let sms = sm_count.max(1);
-        let k_tiles = k_tiles.max(1);
-        let mut best: Option<(u64, GemvPlan)> = None;
-        for s in k_tiles.div_ceil(max_chunks)..=k_tiles {
-            let chunks = k_tiles.div_ceil(s);
-            let splits = k_tiles.div_ceil(chunks);
-            if splits != s {
-                continue; // the same schedule as a smaller s
-            }
-            let per_sm = (row_groups * splits).div_ceil(sms).max(MIN_BLOCKS_PER_SM);
-            let cost = per_sm as u64 * (chunks + STAGING_CHUNKS) as u64;
-            if best.is_none_or(|(c, _)| cost < c) {
-                best = Some((cost, GemvPlan { splits, chunks_per_split: chunks, row_groups }));
-            }
-        }
-        best.expect("at least one split count fits").1
+        let for_occupancy = (BLOCKS_PER_SM * sm_count).div_ceil(row_groups);
+        let splits = for_occupancy.max(k_tiles.div_ceil(max_chunks)).clamp(1, k_tiles.max(1));
+        let chunks_per_split = k_tiles.div_ceil(splits);
+        GemvPlan { splits: k_tiles.div_ceil(chunks_per_split), chunks_per_split, row_groups }
     }
 
     /// f32 elements of split-K workspace this plan needs for `projs` projections.

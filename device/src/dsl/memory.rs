@@ -23,15 +23,6 @@ pub unsafe fn ld_nc_v2(p: *const u8) -> [u32; 2] {
     [a, b]
 }
 
-/// `prefetch.global.L2`: starts bringing the line holding `p` into L2.
-///
-/// # Safety
-/// `p` must be a valid global address.
-#[inline(always)]
-pub unsafe fn prefetch_l2(p: *const u8) {
-    asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, readonly));
-}
-
 /// `ld.global.cg.f32`: a load served from L2, seeing other blocks' writes made visible by a
 /// device fence (split-K partials).
 ///

@@ -18,8 +18,6 @@ const FLAG_AT: u32 = 32;
 const RED_AT: u32 = 256;
 /// Chunks whose loads are issued before any of them is used.
 const UNROLL: u32 = 4;
-/// Chunks per warp whose weights are prefetched into L2 before staging.
-const PREFETCH_CHUNKS: u32 = 8;
 
 /// The code words and scale words of one chunk, for up to two projections.
 #[derive(Clone, Copy)]
@@ -160,31 +158,10 @@ pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
     let nchunks = if chunk0 >= k_tiles { 0 } else { core::cmp::min(p.chunks_per_split, k_tiles - chunk0) };
-    let rt = block_x() * WARPS + warp_id();
-    let row_tiles = p.n / TILE_ROWS as u32;
-    if rt < row_tiles {
-        // Start the first chunks' weights on their way to L2 while the activations are staged.
-        let l = lane() as usize;
-        let first = (rt * k_tiles + chunk0) as usize;
-        let ahead = core::cmp::min(nchunks, PREFETCH_CHUNKS) as usize;
-        let mut c = l / 4;
-        while c < ahead {
-            let line = (l % 4) * 128;
-            prefetch_l2((p.w0 as *const u8).add((first + c) * TILE_CODE_BYTES + line));
-            if DUAL {
-                prefetch_l2((p.w1 as *const u8).add((first + c) * TILE_CODE_BYTES + line));
-            }
-            if l % 4 == 0 {
-                prefetch_l2((p.s0 as *const u8).add((first + c) * TILE_SCALE_BYTES));
-                if DUAL {
-                    prefetch_l2((p.s1 as *const u8).add((first + c) * TILE_SCALE_BYTES));
-                }
-            }
-            c += 8;
-        }
-    }
     stage(p, chunk0, nchunks);
 
+    let rt = block_x() * WARPS + warp_id();
+    let row_tiles = p.n / TILE_ROWS as u32;
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
     if rt < row_tiles {
