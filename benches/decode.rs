@@ -17,7 +17,11 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
-const SHAPES: &[(&str, usize, usize)] = &[("llama3-8b", 4096, 14336), ("qwen3-32b", 5120, 25600), ("llama3-70b", 8192, 28672)];
+const SHAPES: &[(&str, usize, usize)] = &[
+    ("llama3-8b", 4096, 14336),
+    ("qwen3-32b", 5120, 25600),
+    ("llama3-70b", 8192, 28672),
+];
 
 /// Seconds per call of `f`, from GPU events around `iters` calls.
 fn gpu_time(gpu: &dyn GpuBackend, iters: u64, mut f: impl FnMut()) -> Duration {
@@ -31,7 +35,9 @@ fn gpu_time(gpu: &dyn GpuBackend, iters: u64, mut f: impl FnMut()) -> Duration {
 
 /// Median of `reps` timings of `iters` calls each, µs per call.
 fn median_us(gpu: &dyn GpuBackend, reps: usize, iters: u64, mut f: impl FnMut()) -> f64 {
-    let mut v: Vec<f64> = (0..reps).map(|_| gpu_time(gpu, iters, &mut f).as_secs_f64() * 1e6 / iters as f64).collect();
+    let mut v: Vec<f64> = (0..reps)
+        .map(|_| gpu_time(gpu, iters, &mut f).as_secs_f64() * 1e6 / iters as f64)
+        .collect();
     v.sort_by(f64::total_cmp);
     v[reps / 2]
 }
@@ -104,28 +110,45 @@ fn bench(c: &mut Criterion) {
 
     // The copy ceiling of this card, same run: 1 GiB device to device (read + write counted).
     let n = 1usize << 30;
-    let (src, dst) = (DeviceBuffer::zeroed(&gpu, n).unwrap(), DeviceBuffer::zeroed(&gpu, n).unwrap());
-    let copy_us = median_us(&*gpu, 5, 10, || gpu.copy_async(dst.ptr(), src.ptr(), n, 0).unwrap());
+    let (src, dst) = (
+        DeviceBuffer::zeroed(&gpu, n).unwrap(),
+        DeviceBuffer::zeroed(&gpu, n).unwrap(),
+    );
+    let copy_us = median_us(&*gpu, 5, 10, || {
+        gpu.copy_async(dst.ptr(), src.ptr(), n, 0).unwrap()
+    });
     let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
     drop((src, dst));
 
     let mut group = c.benchmark_group("decode");
-    group.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
     for &(name, h, i) in SHAPES {
         let gs = 0.5 / (h as f32).sqrt();
         let ds = 0.5 / (i as f32).sqrt();
         let gate = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
         let up = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
         let down = Nvfp4Host::random(h, i, ds, &mut rng).unwrap();
-        let layer = DenseFfnLayer::new(DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(), gpu.clone()).unwrap();
+        let layer = DenseFfnLayer::new(
+            DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(),
+            gpu.clone(),
+        )
+        .unwrap();
         drop((gate, up, down));
         let mut ctx = ForwardContext::new(&layer, 1).unwrap();
-        let xb: Vec<u8> = random_activations(h, &mut rng).iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let xb: Vec<u8> = random_activations(h, &mut rng)
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
+            .collect();
         let x = DeviceBuffer::from_bytes(&gpu, &xb).unwrap();
         group.bench_function(format!("nvfp4_forward/{name}"), |b| {
-            b.iter_custom(|iters| gpu_time(&*gpu, iters, || {
-                layer.forward(x.ptr(), &mut ctx, 0).unwrap();
-            }))
+            b.iter_custom(|iters| {
+                gpu_time(&*gpu, iters, || {
+                    layer.forward(x.ptr(), &mut ctx, 0).unwrap();
+                })
+            })
         });
         let ours = median_us(&*gpu, 11, 50, || {
             layer.forward(x.ptr(), &mut ctx, 0).unwrap();
@@ -142,7 +165,9 @@ fn bench(c: &mut Criterion) {
             cublas.gemm(wgu.ptr(), xin.ptr(), gu.ptr(), 2 * i, h, 1);
             cublas.gemm(wd.ptr(), gu.ptr(), y.ptr(), h, i, 1);
         };
-        group.bench_function(format!("cublas_bf16_ffn/{name}"), |b| b.iter_custom(|iters| gpu_time(&*gpu, iters, anchor)));
+        group.bench_function(format!("cublas_bf16_ffn/{name}"), |b| {
+            b.iter_custom(|iters| gpu_time(&*gpu, iters, anchor))
+        });
         let theirs = median_us(&*gpu, 11, 50, anchor);
         let bf16_bytes = 3 * h * i * 2;
         rows.push(format!(
@@ -168,7 +193,8 @@ fn bench(c: &mut Criterion) {
         md.push('\n');
     }
     println!("\n{md}");
-    let path = std::env::var("DENSEFFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-decode.md".into());
+    let path =
+        std::env::var("DENSEFFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-decode.md".into());
     if let Err(e) = std::fs::write(&path, &md) {
         println!("could not write {path}: {e}");
     }

@@ -15,7 +15,11 @@ impl DeviceBuffer {
     /// Allocates `len` bytes.
     pub fn alloc(gpu: &Arc<dyn GpuBackend>, len: usize) -> Result<Self> {
         let ptr = gpu.alloc(len)?;
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len })
+        Ok(DeviceBuffer {
+            gpu: gpu.clone(),
+            ptr,
+            len,
+        })
     }
 
     /// Allocates and fills with `data`.
@@ -65,6 +69,12 @@ impl Drop for DeviceBuffer {
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer({:#x}, {} bytes on {})", self.ptr.0, self.len, self.gpu.name())
+        write!(
+            f,
+            "DeviceBuffer({:#x}, {} bytes on {})",
+            self.ptr.0,
+            self.len,
+            self.gpu.name()
+        )
     }
 }

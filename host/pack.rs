@@ -27,13 +27,25 @@ impl Nvfp4Host {
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Result<Self> {
         check_dims("weights", rows, cols)?;
         if w.len() != rows * cols {
-            return Err(Error::Shape(format!("weights: {} values for [{rows}, {cols}]", w.len())));
+            return Err(Error::Shape(format!(
+                "weights: {} values for [{rows}, {cols}]",
+                w.len()
+            )));
         }
         if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(Error::BadWeights(format!("weight [{}, {}] is {}", i / cols, i % cols, w[i])));
+            return Err(Error::BadWeights(format!(
+                "weight [{}, {}] is {}",
+                i / cols,
+                i % cols,
+                w[i]
+            )));
         }
         let amax = w.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
-        let global = if amax > 0.0 { amax / (e2m1::MAX * e4m3::MAX) } else { 1.0 };
+        let global = if amax > 0.0 {
+            amax / (e2m1::MAX * e4m3::MAX)
+        } else {
+            1.0
+        };
         let mut codes = vec![0u8; rows * cols / 2];
         let mut scales = vec![0u8; rows * cols / nvfp4::GROUP];
         for (gi, group) in w.chunks_exact(nvfp4::GROUP).enumerate() {
@@ -42,12 +54,22 @@ impl Nvfp4Host {
             scales[gi] = s;
             let step = e4m3::decode(s) * global;
             for (j, &v) in group.iter().enumerate() {
-                let c = if step > 0.0 { e2m1::encode(v / step) } else { 0 };
+                let c = if step > 0.0 {
+                    e2m1::encode(v / step)
+                } else {
+                    0
+                };
                 let idx = gi * nvfp4::GROUP + j;
                 codes[idx / 2] |= if idx % 2 == 0 { c } else { c << 4 };
             }
         }
-        Ok(Nvfp4Host { rows, cols, codes, scales, global })
+        Ok(Nvfp4Host {
+            rows,
+            cols,
+            codes,
+            scales,
+            global,
+        })
     }
 
     /// Random NVFP4 weights: every code equally likely, scales E4M3-encoded from [0.25, 1.0),
@@ -56,8 +78,16 @@ impl Nvfp4Host {
         check_dims("weights", rows, cols)?;
         let mut codes = vec![0u8; rows * cols / 2];
         rng.fill_bytes(&mut codes);
-        let scales = (0..rows * cols / nvfp4::GROUP).map(|_| e4m3::encode(rng.random_range(0.25f32..1.0))).collect();
-        Ok(Nvfp4Host { rows, cols, codes, scales, global })
+        let scales = (0..rows * cols / nvfp4::GROUP)
+            .map(|_| e4m3::encode(rng.random_range(0.25f32..1.0)))
+            .collect();
+        Ok(Nvfp4Host {
+            rows,
+            cols,
+            codes,
+            scales,
+            global,
+        })
     }
 
     /// Checks sizes and values: buffers match the shape; no NaN or negative scale; a finite,
@@ -65,17 +95,44 @@ impl Nvfp4Host {
     pub fn validate(&self, tensor: &str) -> Result<()> {
         check_dims(tensor, self.rows, self.cols)?;
         if self.codes.len() != self.rows * self.cols / 2 {
-            return Err(Error::Shape(format!("{tensor}: {} code bytes for [{}, {}], expected {}", self.codes.len(), self.rows, self.cols, self.rows * self.cols / 2)));
+            return Err(Error::Shape(format!(
+                "{tensor}: {} code bytes for [{}, {}], expected {}",
+                self.codes.len(),
+                self.rows,
+                self.cols,
+                self.rows * self.cols / 2
+            )));
         }
         if self.scales.len() != self.rows * self.cols / nvfp4::GROUP {
-            return Err(Error::Shape(format!("{tensor}: {} scales for [{}, {}], expected {}", self.scales.len(), self.rows, self.cols, self.rows * self.cols / nvfp4::GROUP)));
+            return Err(Error::Shape(format!(
+                "{tensor}: {} scales for [{}, {}], expected {}",
+                self.scales.len(),
+                self.rows,
+                self.cols,
+                self.rows * self.cols / nvfp4::GROUP
+            )));
         }
-        if let Some(i) = self.scales.iter().position(|&s| s & 0x7F == 0x7F || (s & 0x80 != 0 && s != 0x80)) {
-            let what = if self.scales[i] & 0x7F == 0x7F { "NaN" } else { "negative" };
-            return Err(Error::BadWeights(format!("{tensor}: scale {i} (row {}) is {what} (byte {:#04x})", i / (self.cols / nvfp4::GROUP), self.scales[i])));
+        if let Some(i) = self
+            .scales
+            .iter()
+            .position(|&s| s & 0x7F == 0x7F || (s & 0x80 != 0 && s != 0x80))
+        {
+            let what = if self.scales[i] & 0x7F == 0x7F {
+                "NaN"
+            } else {
+                "negative"
+            };
+            return Err(Error::BadWeights(format!(
+                "{tensor}: scale {i} (row {}) is {what} (byte {:#04x})",
+                i / (self.cols / nvfp4::GROUP),
+                self.scales[i]
+            )));
         }
         if !(self.global.is_finite() && self.global > 0.0) {
-            return Err(Error::BadWeights(format!("{tensor}: global scale {} must be finite and positive", self.global)));
+            return Err(Error::BadWeights(format!(
+                "{tensor}: global scale {} must be finite and positive",
+                self.global
+            )));
         }
         Ok(())
     }
@@ -85,7 +142,14 @@ impl Nvfp4Host {
         let mut out = Vec::with_capacity(self.rows * self.cols);
         for r in 0..self.rows {
             for c in 0..self.cols {
-                out.push(nvfp4::modelopt_value(&self.codes, &self.scales, self.global, self.cols, r, c));
+                out.push(nvfp4::modelopt_value(
+                    &self.codes,
+                    &self.scales,
+                    self.global,
+                    self.cols,
+                    r,
+                    c,
+                ));
             }
         }
         out
@@ -111,7 +175,9 @@ impl Nvfp4Host {
         let tile_bytes = nvfp4::TILE_CODE_BYTES;
         let mut codes = vec![0u8; self.codes.len()];
         let row_tiles = self.rows / TILE_ROWS;
-        let threads = std::thread::available_parallelism().map_or(1, |v| v.get()).min(row_tiles);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |v| v.get())
+            .min(row_tiles);
         let per = row_tiles.div_ceil(threads);
         std::thread::scope(|sc| {
             for (i, out) in codes.chunks_mut(per * k_tiles * tile_bytes).enumerate() {
@@ -124,9 +190,15 @@ impl Nvfp4Host {
                             for step in 0..4 {
                                 let mut w = 0u32;
                                 for (slot, p) in pattern.iter().enumerate() {
-                                    let row = rt * TILE_ROWS + g + if slot & 2 != 0 { 8 } else { 0 };
-                                    let col = kt * TILE_K + 16 * step + 2 * t + (slot & 1) + if slot & 4 != 0 { 8 } else { 0 };
-                                    w |= p[nvfp4::modelopt_code(&self.codes, self.cols, row, col) as usize];
+                                    let row =
+                                        rt * TILE_ROWS + g + if slot & 2 != 0 { 8 } else { 0 };
+                                    let col = kt * TILE_K
+                                        + 16 * step
+                                        + 2 * t
+                                        + (slot & 1)
+                                        + if slot & 4 != 0 { 8 } else { 0 };
+                                    w |= p[nvfp4::modelopt_code(&self.codes, self.cols, row, col)
+                                        as usize];
                                 }
                                 tile[lane * 16 + step * 4..][..4].copy_from_slice(&w.to_le_bytes());
                             }
@@ -139,7 +211,8 @@ impl Nvfp4Host {
         let groups = self.cols / nvfp4::GROUP;
         for r in 0..self.rows {
             for gi in 0..groups {
-                scales[nvfp4::tiled_scale_pos(r, gi * nvfp4::GROUP, k_tiles)] = self.scales[r * groups + gi];
+                scales[nvfp4::tiled_scale_pos(r, gi * nvfp4::GROUP, k_tiles)] =
+                    self.scales[r * groups + gi];
             }
         }
         Ok((codes, scales))
@@ -148,10 +221,15 @@ impl Nvfp4Host {
 
 fn check_dims(tensor: &str, rows: usize, cols: usize) -> Result<()> {
     if rows == 0 || cols == 0 {
-        return Err(Error::Shape(format!("{tensor}: zero-sized [{rows}, {cols}]")));
+        return Err(Error::Shape(format!(
+            "{tensor}: zero-sized [{rows}, {cols}]"
+        )));
     }
     if cols % nvfp4::GROUP != 0 {
-        return Err(Error::Shape(format!("{tensor}: {cols} columns is not a multiple of the NVFP4 group ({})", nvfp4::GROUP)));
+        return Err(Error::Shape(format!(
+            "{tensor}: {cols} columns is not a multiple of the NVFP4 group ({})",
+            nvfp4::GROUP
+        )));
     }
     Ok(())
 }

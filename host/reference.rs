@@ -4,7 +4,15 @@ use crate::layer::FfnActivation;
 
 /// `y[t] = down · (act(gate · x[t]) ⊙ up · x[t])` in f64. Weights row-major f32 (gate, up
 /// `[inter][hidden]`, down `[hidden][inter]`), `x` `[m][hidden]`; returns `[m][hidden]`.
-pub fn ffn_f64(gate: &[f32], up: &[f32], down: &[f32], hidden: usize, inter: usize, x: &[f32], act: FfnActivation) -> Vec<f64> {
+pub fn ffn_f64(
+    gate: &[f32],
+    up: &[f32],
+    down: &[f32],
+    hidden: usize,
+    inter: usize,
+    x: &[f32],
+    act: FfnActivation,
+) -> Vec<f64> {
     let m = x.len() / hidden;
     let f = match act {
         FfnActivation::Silu => silu,
@@ -13,8 +21,16 @@ pub fn ffn_f64(gate: &[f32], up: &[f32], down: &[f32], hidden: usize, inter: usi
     let dot = |w: &[f32], v: &[f64]| w.iter().zip(v).map(|(&a, &b)| a as f64 * b).sum::<f64>();
     let mut y = Vec::with_capacity(m * hidden);
     for t in 0..m {
-        let xt: Vec<f64> = x[t * hidden..(t + 1) * hidden].iter().map(|&v| v as f64).collect();
-        let a: Vec<f64> = (0..inter).map(|j| f(dot(&gate[j * hidden..(j + 1) * hidden], &xt)) * dot(&up[j * hidden..(j + 1) * hidden], &xt)).collect();
+        let xt: Vec<f64> = x[t * hidden..(t + 1) * hidden]
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let a: Vec<f64> = (0..inter)
+            .map(|j| {
+                f(dot(&gate[j * hidden..(j + 1) * hidden], &xt))
+                    * dot(&up[j * hidden..(j + 1) * hidden], &xt)
+            })
+            .collect();
         y.extend((0..hidden).map(|r| dot(&down[r * inter..(r + 1) * inter], &a)));
     }
     y

@@ -26,7 +26,10 @@ fn decode_matches_f64_reference_both_activations() {
             let want = host.reference(&x, act);
             let err = rel_l2(&got, &want);
             assert!(err < 1e-2, "({h}, {i}) {act:?}: rel L2 {err}");
-            assert!(want.iter().any(|v| v.abs() > 1e-3), "reference is trivially small");
+            assert!(
+                want.iter().any(|v| v.abs() > 1e-3),
+                "reference is trivially small"
+            );
         }
     }
 }
@@ -45,7 +48,11 @@ fn launch_counts_silu_two_gelu_three() {
         assert_eq!(gpu.launch_count() - before, n, "{act:?} forward");
         let before = gpu.launch_count();
         layer.forward_batched(x, 4, &mut ctx, 0).unwrap();
-        assert_eq!(gpu.launch_count() - before, 4 * n, "{act:?} forward_batched(4)");
+        assert_eq!(
+            gpu.launch_count() - before,
+            4 * n,
+            "{act:?} forward_batched(4)"
+        );
     }
 }
 
@@ -57,9 +64,21 @@ fn forward_batched_rows_equal_single_forward() {
     let layer = host.layer(&gpu, FfnActivation::Silu);
     let mut ctx = ForwardContext::new(&layer, 3).unwrap();
     let x = activations(3 * h, 9);
-    let batched = download_bf16(&gpu, layer.forward_batched(upload_bf16(&gpu, &x), 3, &mut ctx, 0).unwrap(), 3 * h);
+    let batched = download_bf16(
+        &gpu,
+        layer
+            .forward_batched(upload_bf16(&gpu, &x), 3, &mut ctx, 0)
+            .unwrap(),
+        3 * h,
+    );
     for t in 0..3 {
-        let single = download_bf16(&gpu, layer.forward(upload_bf16(&gpu, &x[t * h..(t + 1) * h]), &mut ctx, 0).unwrap(), h);
+        let single = download_bf16(
+            &gpu,
+            layer
+                .forward(upload_bf16(&gpu, &x[t * h..(t + 1) * h]), &mut ctx, 0)
+                .unwrap(),
+            h,
+        );
         assert_eq!(&batched[t * h..(t + 1) * h], &single[..], "token {t}");
     }
 }
@@ -76,7 +95,10 @@ fn quantizer_error_is_bounded() {
         let gmax = wg.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let bound = step + (gmax - 6.0 * step).max(0.0) + 1e-6;
         for (a, b) in wg.iter().zip(dg) {
-            assert!((a - b).abs() <= bound, "group {g}: {a} -> {b}, bound {bound}");
+            assert!(
+                (a - b).abs() <= bound,
+                "group {g}: {a} -> {b}, bound {bound}"
+            );
             se += ((a - b) as f64).powi(2);
         }
     }
@@ -98,7 +120,11 @@ fn tiled_copy_decodes_to_the_same_values() {
     for rt in 0..r / 16 {
         for kt in 0..c / 64 {
             let t = rt * (c / 64) + kt;
-            denseffn_device::formats::nvfp4::decode_tile(&codes[t * 512..], &scales[t * 64..], &mut tile);
+            denseffn_device::formats::nvfp4::decode_tile(
+                &codes[t * 512..],
+                &scales[t * 64..],
+                &mut tile,
+            );
             for (lr, row) in tile.iter().enumerate() {
                 for (lc, &v) in row.iter().enumerate() {
                     assert_eq!(v * q.global, d[(rt * 16 + lr) * c + kt * 64 + lc]);
@@ -121,29 +147,53 @@ fn bad_weights_are_clear_errors() {
     let h = HostLayer::quantized(128, 256, 1);
     // Shape mismatch: down must be [hidden, inter].
     let e = err_of(DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &h.gate));
-    assert!(matches!(e, Error::Shape(ref s) if s.contains("down")), "{e}");
+    assert!(
+        matches!(e, Error::Shape(ref s) if s.contains("down")),
+        "{e}"
+    );
     // Rows the decode layout cannot hold.
     let odd = HostLayer::quantized(128, 208, 1);
     let e = err_of(DenseFfnWeights::upload(&gpu, &odd.gate, &odd.up, &odd.down));
     assert!(e.to_string().contains("multiple of 16"), "{e}");
     // Columns not a multiple of the NVFP4 group, zero sizes.
-    assert!(matches!(Nvfp4Host::quantize(&[0.0; 24], 2, 12), Err(Error::Shape(_))));
-    assert!(matches!(Nvfp4Host::quantize(&[], 0, 16), Err(Error::Shape(_))));
-    assert!(matches!(Nvfp4Host::quantize(&[1.0; 16], 2, 16), Err(Error::Shape(_))));
-    assert!(matches!(Nvfp4Host::quantize(&[f32::NAN; 16], 1, 16), Err(Error::BadWeights(_))));
+    assert!(matches!(
+        Nvfp4Host::quantize(&[0.0; 24], 2, 12),
+        Err(Error::Shape(_))
+    ));
+    assert!(matches!(
+        Nvfp4Host::quantize(&[], 0, 16),
+        Err(Error::Shape(_))
+    ));
+    assert!(matches!(
+        Nvfp4Host::quantize(&[1.0; 16], 2, 16),
+        Err(Error::Shape(_))
+    ));
+    assert!(matches!(
+        Nvfp4Host::quantize(&[f32::NAN; 16], 1, 16),
+        Err(Error::BadWeights(_))
+    ));
     // NaN scale, negative scale, bad global: named tensor, nothing left allocated.
     for (byte, what) in [(0x7Fu8, "NaN"), (0xB8, "negative")] {
         let mut up = h.up.clone();
         up.scales[5] = byte;
         let e = err_of(DenseFfnWeights::upload(&gpu, &h.gate, &up, &h.down));
-        assert!(matches!(e, Error::BadWeights(ref s) if s.contains("up") && s.contains(what)), "{e}");
+        assert!(
+            matches!(e, Error::BadWeights(ref s) if s.contains("up") && s.contains(what)),
+            "{e}"
+        );
     }
     let mut down = h.down.clone();
     down.global = f32::INFINITY;
-    assert!(matches!(DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &down), Err(Error::BadWeights(_))));
+    assert!(matches!(
+        DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &down),
+        Err(Error::BadWeights(_))
+    ));
     let mut gate = h.gate.clone();
     gate.codes.pop();
-    assert!(matches!(DenseFfnWeights::upload(&gpu, &gate, &h.up, &h.down), Err(Error::Shape(_))));
+    assert!(matches!(
+        DenseFfnWeights::upload(&gpu, &gate, &h.up, &h.down),
+        Err(Error::Shape(_))
+    ));
 }
 
 #[test]
@@ -161,20 +211,31 @@ fn out_of_memory_during_upload_leaves_nothing_allocated() {
         let g: Arc<dyn GpuBackend> = gpu.clone();
         let e = err_of(DenseFfnWeights::upload(&g, &h.gate, &h.up, &h.down));
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
-        assert_eq!((gpu.used_bytes(), gpu.live_allocations()), (0, 0), "capacity {cap}");
+        assert_eq!(
+            (gpu.used_bytes(), gpu.live_allocations()),
+            (0, 0),
+            "capacity {cap}"
+        );
     }
 }
 
 #[test]
 fn missing_kernel_is_named_and_nothing_launches() {
     let h = HostLayer::quantized(128, 256, 2);
-    for (act, missing) in [(FfnActivation::Silu, kernels::SILU_DOWN), (FfnActivation::Gelu, kernels::GELU_MUL), (FfnActivation::Silu, kernels::GATE_UP)] {
+    for (act, missing) in [
+        (FfnActivation::Silu, kernels::SILU_DOWN),
+        (FfnActivation::Gelu, kernels::GELU_MUL),
+        (FfnActivation::Silu, kernels::GATE_UP),
+    ] {
         let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[missing]));
         let layer = h.layer(&gpu, act);
         let mut ctx = ForwardContext::new(&layer, 1).unwrap();
         let x = upload_bf16(&gpu, &activations(128, 1));
         let e = err_of(layer.forward(x, &mut ctx, 0));
-        assert!(matches!(e, Error::MissingKernel(ref k) if k == missing), "{e}");
+        assert!(
+            matches!(e, Error::MissingKernel(ref k) if k == missing),
+            "{e}"
+        );
         assert!(e.to_string().contains(missing));
         assert_eq!(gpu.launch_count(), 0);
     }
@@ -188,17 +249,34 @@ fn bad_call_arguments_are_clear_errors() {
     let mut ctx = ForwardContext::new(&layer, 2).unwrap();
     // Input too short for one token; pointer outside any allocation.
     let short = gpu.alloc(100).unwrap();
-    assert!(matches!(layer.forward(short, &mut ctx, 0), Err(Error::Invalid(ref s)) if s.contains("input")));
-    assert!(matches!(layer.forward(DevicePtr(0x10), &mut ctx, 0), Err(Error::BadAccess(_))));
+    assert!(
+        matches!(layer.forward(short, &mut ctx, 0), Err(Error::Invalid(ref s)) if s.contains("input"))
+    );
+    assert!(matches!(
+        layer.forward(DevicePtr(0x10), &mut ctx, 0),
+        Err(Error::BadAccess(_))
+    ));
     // Token counts outside the context.
     let x = upload_bf16(&gpu, &activations(2 * 128, 1));
-    assert!(matches!(layer.forward_batched(x, 0, &mut ctx, 0), Err(Error::Invalid(_))));
-    assert!(matches!(layer.forward_batched(x, 3, &mut ctx, 0), Err(Error::Invalid(_))));
+    assert!(matches!(
+        layer.forward_batched(x, 0, &mut ctx, 0),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        layer.forward_batched(x, 3, &mut ctx, 0),
+        Err(Error::Invalid(_))
+    ));
     // A context made for another shape.
     let other = HostLayer::quantized(192, 256, 2).layer(&gpu, FfnActivation::Silu);
     let mut wrong = ForwardContext::new(&other, 1).unwrap();
-    assert!(matches!(layer.forward(x, &mut wrong, 0), Err(Error::Invalid(_))));
-    assert!(matches!(ForwardContext::new(&layer, 0), Err(Error::Invalid(_))));
+    assert!(matches!(
+        layer.forward(x, &mut wrong, 0),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        ForwardContext::new(&layer, 0),
+        Err(Error::Invalid(_))
+    ));
     // Weights of different layers in one layer.
     let w = DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &h.down).unwrap();
     assert!(DenseFfnLayer::new(w, gpu.clone()).is_ok());
@@ -209,8 +287,14 @@ fn cpu_backend_reports_out_of_bounds_access() {
     let gpu = CpuBackend::new();
     let p = gpu.alloc(16).unwrap();
     let mut buf = [0u8; 32];
-    assert!(matches!(gpu.download(&mut buf, p), Err(Error::BadAccess(_))));
-    assert!(matches!(gpu.upload(p.offset(8), &[0u8; 16]), Err(Error::BadAccess(_))));
+    assert!(matches!(
+        gpu.download(&mut buf, p),
+        Err(Error::BadAccess(_))
+    ));
+    assert!(matches!(
+        gpu.upload(p.offset(8), &[0u8; 16]),
+        Err(Error::BadAccess(_))
+    ));
     assert_eq!(gpu.bytes_from(p.offset(4)), Some(12));
     gpu.free(p).unwrap();
     assert!(gpu.free(p).is_err());

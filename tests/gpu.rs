@@ -30,7 +30,9 @@ fn decode_matches_cpu_reference_on_model_shapes() {
             let want = {
                 let layer = host.layer(&cpu, act);
                 let mut ctx = ForwardContext::new(&layer, 3).unwrap();
-                let y = layer.forward_batched(upload_bf16(&cpu, &x), 3, &mut ctx, 0).unwrap();
+                let y = layer
+                    .forward_batched(upload_bf16(&cpu, &x), 3, &mut ctx, 0)
+                    .unwrap();
                 download_bf16(&cpu, y, 3 * h)
             };
             eprintln!("({h}, {i}) {act:?}: GPU");
@@ -41,18 +43,31 @@ fn decode_matches_cpu_reference_on_model_shapes() {
             gpu.memset(ctx.output(), 0xFF, 3 * h * 2).unwrap();
             let before = gpu.launch_count();
             let y = layer.forward(xg, &mut ctx, 0).unwrap();
-            assert_eq!(gpu.launch_count() - before, layer.decode_kernels().len() as u64);
+            assert_eq!(
+                gpu.launch_count() - before,
+                layer.decode_kernels().len() as u64
+            );
             let got1 = download_bf16(&gpu, y, h);
             let err1 = rel_l2(&got1, &want[..h]);
             // Again: split-K counters must have been reset by the first call.
             let again = download_bf16(&gpu, layer.forward(xg, &mut ctx, 0).unwrap(), h);
             assert_eq!(got1, again, "({h},{i}) {act:?}: second call differs");
             gpu.memset(ctx.output(), 0xFF, 3 * h * 2).unwrap();
-            let got3 = download_bf16(&gpu, layer.forward_batched(xg, 3, &mut ctx, 0).unwrap(), 3 * h);
+            let got3 = download_bf16(
+                &gpu,
+                layer.forward_batched(xg, 3, &mut ctx, 0).unwrap(),
+                3 * h,
+            );
             let err3 = rel_l2(&got3, &want);
             eprintln!("({h}, {i}) {act:?}: rel L2 vs CPU reference: forward {err1:.2e}, forward_batched(3) {err3:.2e}");
-            assert!(got3.iter().all(|v| v.is_finite()), "unwritten or non-finite outputs");
-            assert!(err1 <= 1e-2 && err3 <= 1e-2, "({h},{i}) {act:?}: {err1} {err3}");
+            assert!(
+                got3.iter().all(|v| v.is_finite()),
+                "unwritten or non-finite outputs"
+            );
+            assert!(
+                err1 <= 1e-2 && err3 <= 1e-2,
+                "({h},{i}) {act:?}: {err1} {err3}"
+            );
         }
     }
 }

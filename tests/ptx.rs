@@ -10,13 +10,21 @@ fn ptxas() -> Option<String> {
     if let Ok(p) = std::env::var("DENSEFFN_PTXAS") {
         return Some(p);
     }
-    Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| "ptxas".into())
+    Command::new("ptxas")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| "ptxas".into())
 }
 
 /// (stack bytes, spill store bytes, spill load bytes, registers) per entry point.
 fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
     let Some(ptxas) = ptxas() else {
-        assert!(std::env::var_os("CI").is_none(), "ptxas not found under CI: set DENSEFFN_PTXAS or PATH");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "ptxas not found under CI: set DENSEFFN_PTXAS or PATH"
+        );
         eprintln!("skipping: ptxas not found (set DENSEFFN_PTXAS)");
         return None;
     };
@@ -24,8 +32,15 @@ fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("kernels.ptx");
     std::fs::write(&src, denseffn::PTX).unwrap();
-    let out = Command::new(&ptxas).args(["-arch=sm_90", "-v"]).arg(&src).arg("-o").arg(dir.join("k.cubin")).output().expect("run ptxas");
-    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let out = Command::new(&ptxas)
+        .args(["-arch=sm_90", "-v"])
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("k.cubin"))
+        .output()
+        .expect("run ptxas");
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ptxas failed:\n{log}");
     let mut res = HashMap::new();
     let mut current: Option<String> = None;
@@ -45,7 +60,15 @@ fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
             e.2 = num(line, "bytes spill loads");
         } else if line.contains("Used") && line.contains("registers") {
             if let Some(name) = &current {
-                let regs = line.split("Used ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+                let regs = line
+                    .split("Used ")
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
                 res.get_mut(name).unwrap().3 = regs;
             }
         }
@@ -59,12 +82,20 @@ fn every_kernel_assembles_for_sm90_and_gemvs_do_not_spill() {
     let Some(k) = assemble() else { return };
     use denseffn::layer::kernels::*;
     for name in [GATE_UP, SILU_DOWN, DOWN, GELU_MUL, SILU_MUL] {
-        assert!(k.contains_key(name), "entry point {name} missing from the PTX; have {:?}", k.keys());
+        assert!(
+            k.contains_key(name),
+            "entry point {name} missing from the PTX; have {:?}",
+            k.keys()
+        );
     }
     for (name, &(stack, st, ld, regs)) in &k {
         eprintln!("{name}: {regs} registers, {stack} B stack, {st}/{ld} B spill stores/loads");
         if name.starts_with("gemv_") {
-            assert_eq!((stack, st, ld), (0, 0, 0), "{name} has a stack frame or spills");
+            assert_eq!(
+                (stack, st, ld),
+                (0, 0, 0),
+                "{name} has a stack frame or spills"
+            );
         }
     }
 }

@@ -42,7 +42,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Missing { what, fix } => {
-                write!(f, "PTX build: {what} is missing; install it with:\n    {fix}")
+                write!(
+                    f,
+                    "PTX build: {what} is missing; install it with:\n    {fix}"
+                )
             }
             BuildError::Step { step, output } => write!(f, "PTX build: {step} failed:\n{output}"),
             BuildError::Io(e) => write!(f, "PTX build: {e}"),
@@ -68,7 +71,9 @@ const TARGET: &str = "nvptx64-nvidia-cuda";
 impl PtxBuilder {
     /// A build of the crate at `crate_dir` (relative to the calling package's manifest directory).
     pub fn new(crate_dir: impl AsRef<Path>) -> Self {
-        let base = env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_default();
+        let base = env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         PtxBuilder {
             crate_dir: base.join(crate_dir),
             toolchain: "nightly".into(),
@@ -132,8 +137,12 @@ impl PtxBuilder {
                 Err(self.missing_component("llvm-tools", &format!("{} ({})", name, p.display())))
             }
         };
-        let (llvm_link, opt, llc, llvm_ar) =
-            (tool("llvm-link")?, tool("opt")?, tool("llc")?, tool("llvm-ar")?);
+        let (llvm_link, opt, llc, llvm_ar) = (
+            tool("llvm-link")?,
+            tool("opt")?,
+            tool("llc")?,
+            tool("llvm-ar")?,
+        );
 
         let target_dir = out.join("target");
         let mut cargo = self.clean_command("cargo");
@@ -180,7 +189,11 @@ impl PtxBuilder {
 
         let linked = out.join("linked.bc");
         let mut link = Command::new(&llvm_link);
-        link.arg(&crate_bc).arg("--only-needed").args(&objs).arg("-o").arg(&linked);
+        link.arg(&crate_bc)
+            .arg("--only-needed")
+            .args(&objs)
+            .arg("-o")
+            .arg(&linked);
         run("llvm-link", &mut link)?;
 
         let optimized = out.join("opt.bc");
@@ -209,8 +222,14 @@ impl PtxBuilder {
     }
 
     fn emit_rerun_lines(&self) {
-        println!("cargo:rerun-if-changed={}", self.crate_dir.join("Cargo.toml").display());
-        println!("cargo:rerun-if-changed={}", self.crate_dir.join("src").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            self.crate_dir.join("Cargo.toml").display()
+        );
+        println!(
+            "cargo:rerun-if-changed={}",
+            self.crate_dir.join("src").display()
+        );
         for f in walk(&self.crate_dir.join("src")) {
             println!("cargo:rerun-if-changed={}", f.display());
         }
@@ -224,7 +243,9 @@ impl PtxBuilder {
         );
         let mut c = self.clean_command("rustc");
         c.env("RUSTUP_AUTO_INSTALL", "0");
-        c.arg(format!("+{}", self.toolchain)).arg("--print").arg("sysroot");
+        c.arg(format!("+{}", self.toolchain))
+            .arg("--print")
+            .arg("sysroot");
         let out = c.output().map_err(|_| BuildError::Missing {
             what: "rustup (with `rustc +toolchain` support)".into(),
             fix: install.clone(),
@@ -246,7 +267,10 @@ impl PtxBuilder {
     fn missing_component(&self, component: &str, what: &str) -> BuildError {
         BuildError::Missing {
             what: format!("the {component} component of {} ({what})", self.toolchain),
-            fix: format!("rustup component add {component} --toolchain {}", self.toolchain),
+            fix: format!(
+                "rustup component add {component} --toolchain {}",
+                self.toolchain
+            ),
         }
     }
 

@@ -10,7 +10,12 @@ pub unsafe trait ParamBlock: Copy + Sized {
     /// The block's bytes, as the kernel receives them.
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: the trait's contract (repr(C), no padding) makes every byte initialized.
-        unsafe { core::slice::from_raw_parts(self as *const Self as *const u8, core::mem::size_of::<Self>()) }
+        unsafe {
+            core::slice::from_raw_parts(
+                self as *const Self as *const u8,
+                core::mem::size_of::<Self>(),
+            )
+        }
     }
     /// Reads a block back from bytes; `None` when the length is wrong.
     fn from_bytes(b: &[u8]) -> Option<Self> {

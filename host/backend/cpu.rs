@@ -22,20 +22,34 @@ impl Memory {
 
     /// `len` bytes at `ptr`, which must lie inside one allocation.
     pub(crate) fn read(&self, ptr: u64, len: usize) -> Result<&[u8]> {
-        let (base, size) = self.find(ptr).ok_or_else(|| Error::BadAccess(format!("read of {len} bytes at {ptr:#x}: not in any allocation")))?;
+        let (base, size) = self.find(ptr).ok_or_else(|| {
+            Error::BadAccess(format!(
+                "read of {len} bytes at {ptr:#x}: not in any allocation"
+            ))
+        })?;
         let off = (ptr - base) as usize;
         if off + len > size {
-            return Err(Error::BadAccess(format!("read of {len} bytes at {ptr:#x} runs {} bytes past its allocation", off + len - size)));
+            return Err(Error::BadAccess(format!(
+                "read of {len} bytes at {ptr:#x} runs {} bytes past its allocation",
+                off + len - size
+            )));
         }
         Ok(&self.allocs[&base][off..off + len])
     }
 
     /// Mutable `len` bytes at `ptr`.
     pub(crate) fn write(&mut self, ptr: u64, len: usize) -> Result<&mut [u8]> {
-        let (base, size) = self.find(ptr).ok_or_else(|| Error::BadAccess(format!("write of {len} bytes at {ptr:#x}: not in any allocation")))?;
+        let (base, size) = self.find(ptr).ok_or_else(|| {
+            Error::BadAccess(format!(
+                "write of {len} bytes at {ptr:#x}: not in any allocation"
+            ))
+        })?;
         let off = (ptr - base) as usize;
         if off + len > size {
-            return Err(Error::BadAccess(format!("write of {len} bytes at {ptr:#x} runs {} bytes past its allocation", off + len - size)));
+            return Err(Error::BadAccess(format!(
+                "write of {len} bytes at {ptr:#x} runs {} bytes past its allocation",
+                off + len - size
+            )));
         }
         Ok(&mut self.allocs.get_mut(&base).expect("found above")[off..off + len])
     }
@@ -62,7 +76,11 @@ impl CpuBackend {
     /// Unlimited memory, every kernel present.
     pub fn new() -> Self {
         CpuBackend {
-            mem: Mutex::new(Memory { allocs: BTreeMap::new(), next: 0x1_0000_0000, used: 0 }),
+            mem: Mutex::new(Memory {
+                allocs: BTreeMap::new(),
+                next: 0x1_0000_0000,
+                used: 0,
+            }),
             capacity: None,
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
@@ -73,7 +91,10 @@ impl CpuBackend {
 
     /// At most `bytes` allocated at once: allocations past it fail with `OutOfMemory`.
     pub fn with_capacity(bytes: usize) -> Self {
-        CpuBackend { capacity: Some(bytes), ..Self::new() }
+        CpuBackend {
+            capacity: Some(bytes),
+            ..Self::new()
+        }
     }
 
     /// A module without these kernels (for testing missing-kernel errors).
@@ -114,7 +135,10 @@ impl GpuBackend for CpuBackend {
         let mut m = self.lock();
         if let Some(cap) = self.capacity {
             if m.used + bytes > cap {
-                return Err(Error::OutOfMemory { requested: bytes, free: cap - m.used });
+                return Err(Error::OutOfMemory {
+                    requested: bytes,
+                    free: cap - m.used,
+                });
             }
         }
         let ptr = m.next;
@@ -125,13 +149,17 @@ impl GpuBackend for CpuBackend {
     }
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         let mut m = self.lock();
-        let v = m.allocs.remove(&ptr.0).ok_or_else(|| Error::BadAccess(format!("free of {:#x}: not an allocation", ptr.0)))?;
+        let v = m
+            .allocs
+            .remove(&ptr.0)
+            .ok_or_else(|| Error::BadAccess(format!("free of {:#x}: not an allocation", ptr.0)))?;
         m.used -= v.len();
         Ok(())
     }
     fn bytes_from(&self, ptr: DevicePtr) -> Option<usize> {
         let m = self.lock();
-        m.find(ptr.0).map(|(base, len)| len - (ptr.0 - base) as usize)
+        m.find(ptr.0)
+            .map(|(base, len)| len - (ptr.0 - base) as usize)
     }
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         self.lock().write(dst.0, src.len())?.copy_from_slice(src);
@@ -174,7 +202,10 @@ impl GpuBackend for CpuBackend {
     }
     fn record_event(&self, _stream: u64) -> Result<Event> {
         let id = self.next_event.fetch_add(1, Ordering::Relaxed);
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Instant::now());
         Ok(Event(id))
     }
     fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32> {

@@ -9,7 +9,13 @@ use denseffn_device::params::{source, ElementwiseParams, GemvParams, ParamBlock}
 use half::bf16;
 
 /// Kernels the CPU backend can execute.
-pub(crate) const KERNELS: &[&str] = &["gemv_nvfp4_gate_up", "gemv_nvfp4_silu_down", "gemv_nvfp4_down", "gelu_mul", "silu_mul"];
+pub(crate) const KERNELS: &[&str] = &[
+    "gemv_nvfp4_gate_up",
+    "gemv_nvfp4_silu_down",
+    "gemv_nvfp4_down",
+    "gelu_mul",
+    "silu_mul",
+];
 
 pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
     match l.kernel {
@@ -21,7 +27,13 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
 }
 
 fn params<P: ParamBlock>(l: &Launch) -> Result<P> {
-    P::from_bytes(l.params).ok_or_else(|| Error::Invalid(format!("{}: parameter block of {} bytes", l.kernel, l.params.len())))
+    P::from_bytes(l.params).ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: parameter block of {} bytes",
+            l.kernel,
+            l.params.len()
+        ))
+    })
 }
 
 /// `x·sigmoid(x)`.
@@ -36,15 +48,22 @@ pub fn gelu_tanh(x: f64) -> f64 {
 }
 
 fn f32s(mem: &Memory, ptr: u64, n: usize) -> Result<Vec<f32>> {
-    Ok(bytemuck::allocation::pod_collect_to_vec(mem.read(ptr, n * 4)?))
+    Ok(bytemuck::allocation::pod_collect_to_vec(
+        mem.read(ptr, n * 4)?,
+    ))
 }
 
 fn elementwise(mem: &mut Memory, p: &ElementwiseParams, f: fn(f64) -> f64) -> Result<()> {
     let n = p.len as usize;
     let g = f32s(mem, p.g, n)?;
     let u = f32s(mem, p.u, n)?;
-    let out: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| (f(g as f64) * u as f64) as f32).collect();
-    mem.write(p.out, n * 4)?.copy_from_slice(bytemuck::cast_slice(&out));
+    let out: Vec<f32> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| (f(g as f64) * u as f64) as f32)
+        .collect();
+    mem.write(p.out, n * 4)?
+        .copy_from_slice(bytemuck::cast_slice(&out));
     Ok(())
 }
 
@@ -53,26 +72,48 @@ fn activations(mem: &Memory, p: &GemvParams) -> Result<Vec<f64>> {
     let len = (p.m * p.k) as usize;
     Ok(match p.source {
         source::BF16 => {
-            let raw: Vec<u16> = bytemuck::allocation::pod_collect_to_vec(mem.read(p.act0, len * 2)?);
-            raw.into_iter().map(|b| bf16::from_bits(b).to_f64()).collect()
+            let raw: Vec<u16> =
+                bytemuck::allocation::pod_collect_to_vec(mem.read(p.act0, len * 2)?);
+            raw.into_iter()
+                .map(|b| bf16::from_bits(b).to_f64())
+                .collect()
         }
         source::F32 => f32s(mem, p.act0, len)?.into_iter().map(f64::from).collect(),
         source::SILU_F32 => {
             let g = f32s(mem, p.act0, len)?;
             let u = f32s(mem, p.act1, len)?;
-            g.iter().zip(&u).map(|(&g, &u)| silu(g as f64) * u as f64).collect()
+            g.iter()
+                .zip(&u)
+                .map(|(&g, &u)| silu(g as f64) * u as f64)
+                .collect()
         }
-        s => return Err(Error::Invalid(format!("gemv: unknown activation source {s}"))),
+        s => {
+            return Err(Error::Invalid(format!(
+                "gemv: unknown activation source {s}"
+            )))
+        }
     })
 }
 
 fn gemv(mem: &mut Memory, p: &GemvParams) -> Result<()> {
     let (n, k, m) = (p.n as usize, p.k as usize, p.m as usize);
-    if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || !(1..=8).contains(&m) || p.splits == 0 {
-        return Err(Error::Invalid(format!("gemv: n={n} k={k} m={m} splits={}", p.splits)));
+    if n == 0
+        || n % TILE_ROWS != 0
+        || k == 0
+        || k % TILE_K != 0
+        || !(1..=8).contains(&m)
+        || p.splits == 0
+    {
+        return Err(Error::Invalid(format!(
+            "gemv: n={n} k={k} m={m} splits={}",
+            p.splits
+        )));
     }
     let act = activations(mem, p)?;
-    let projs: &[(u64, u64, f32, u64)] = &[(p.w0, p.s0, p.gscale0, p.out0), (p.w1, p.s1, p.gscale1, p.out1)];
+    let projs: &[(u64, u64, f32, u64)] = &[
+        (p.w0, p.s0, p.gscale0, p.out0),
+        (p.w1, p.s1, p.gscale1, p.out1),
+    ];
     let count = if p.w1 != 0 { 2 } else { 1 };
     for &(w, s, gscale, out) in &projs[..count] {
         let codes = mem.read(w, n * k / 2)?;
@@ -80,20 +121,32 @@ fn gemv(mem: &mut Memory, p: &GemvParams) -> Result<()> {
         let y = gemv_tiled(codes, scales, gscale, n, k, m, &act);
         if p.out_bf16 != 0 {
             let b: Vec<u16> = y.iter().map(|&v| bf16::from_f64(v).to_bits()).collect();
-            mem.write(out, n * m * 2)?.copy_from_slice(bytemuck::cast_slice(&b));
+            mem.write(out, n * m * 2)?
+                .copy_from_slice(bytemuck::cast_slice(&b));
         } else {
             let f: Vec<f32> = y.iter().map(|&v| v as f32).collect();
-            mem.write(out, n * m * 4)?.copy_from_slice(bytemuck::cast_slice(&f));
+            mem.write(out, n * m * 4)?
+                .copy_from_slice(bytemuck::cast_slice(&f));
         }
     }
     Ok(())
 }
 
 /// `y[t][row] = Σ_k W[row][k]·act[t][k]` over a tiled NVFP4 matrix, row tiles spread over threads.
-fn gemv_tiled(codes: &[u8], scales: &[u8], gscale: f32, n: usize, k: usize, m: usize, act: &[f64]) -> Vec<f64> {
+fn gemv_tiled(
+    codes: &[u8],
+    scales: &[u8],
+    gscale: f32,
+    n: usize,
+    k: usize,
+    m: usize,
+    act: &[f64],
+) -> Vec<f64> {
     let (row_tiles, k_tiles) = (n / TILE_ROWS, k / TILE_K);
     let mut y = vec![0.0f64; m * n];
-    let threads = std::thread::available_parallelism().map_or(1, |v| v.get()).min(row_tiles);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |v| v.get())
+        .min(row_tiles);
     let per = row_tiles.div_ceil(threads);
     let results: Vec<(usize, Vec<f64>)> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
@@ -105,11 +158,16 @@ fn gemv_tiled(codes: &[u8], scales: &[u8], gscale: f32, n: usize, k: usize, m: u
                     for rt in rt0..rt1 {
                         for kt in 0..k_tiles {
                             let t = rt * k_tiles + kt;
-                            nvfp4::decode_tile(&codes[t * TILE_CODE_BYTES..], &scales[t * TILE_SCALE_BYTES..], &mut tile);
+                            nvfp4::decode_tile(
+                                &codes[t * TILE_CODE_BYTES..],
+                                &scales[t * TILE_SCALE_BYTES..],
+                                &mut tile,
+                            );
                             for (r, wrow) in tile.iter().enumerate() {
                                 for tok in 0..m {
                                     let a = &act[tok * k + kt * TILE_K..][..TILE_K];
-                                    let dot: f64 = wrow.iter().zip(a).map(|(&w, &x)| w as f64 * x).sum();
+                                    let dot: f64 =
+                                        wrow.iter().zip(a).map(|(&w, &x)| w as f64 * x).sum();
                                     part[((rt - rt0) * TILE_ROWS + r) * m + tok] += dot;
                                 }
                             }
@@ -119,7 +177,10 @@ fn gemv_tiled(codes: &[u8], scales: &[u8], gscale: f32, n: usize, k: usize, m: u
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("reference gemv thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reference gemv thread"))
+            .collect()
     });
     for (rt0, part) in results {
         for (i, v) in part.iter().enumerate() {

@@ -40,12 +40,16 @@ impl CudaBackend {
     pub fn with_ptx(ordinal: i32, ptx: &str) -> Result<Self> {
         // SAFETY: only probes for the library; nothing is called through it if absent.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Error::NoDevice("libcuda (the NVIDIA driver) was not found".into()));
+            return Err(Error::NoDevice(
+                "libcuda (the NVIDIA driver) was not found".into(),
+            ));
         }
         cu::init().map_err(|e| Error::NoDevice(format!("cuInit: {e:?}")))?;
         let count = cu::device::get_count().map_err(drv)?;
         if ordinal < 0 || ordinal >= count {
-            return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
+            return Err(Error::NoDevice(format!(
+                "device {ordinal} requested, {count} present"
+            )));
         }
         let dev = cu::device::get(ordinal).map_err(drv)?;
         // SAFETY: dev is a valid device handle from the driver.
@@ -55,11 +59,23 @@ impl CudaBackend {
         let name = cu::device::get_name(dev).map_err(drv)?;
         let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(drv);
         let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        let max_smem = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
-        let image = CString::new(ptx).map_err(|_| Error::Invalid("PTX contains a NUL byte".into()))?;
+        let max_smem =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u32;
+        let image =
+            CString::new(ptx).map_err(|_| Error::Invalid("PTX contains a NUL byte".into()))?;
         // SAFETY: image is a NUL-terminated PTX text that outlives the call.
-        let module = unsafe { cu::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| Error::Driver(format!("loading the PTX module: {e:?}")))?;
-        Ok(CudaBackend { ctx, module, functions: Mutex::new(HashMap::new()), name, sms, max_smem, launches: AtomicU64::new(0) })
+        let module = unsafe { cu::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(|e| Error::Driver(format!("loading the PTX module: {e:?}")))?;
+        Ok(CudaBackend {
+            ctx,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            name,
+            sms,
+            max_smem,
+            launches: AtomicU64::new(0),
+        })
     }
 
     fn current(&self) -> Result<()> {
@@ -127,7 +143,10 @@ impl GpuBackend for CudaBackend {
             Ok(p) => Ok(DevicePtr(p)),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 let free = cu::mem_get_info().map(|m| m.0).unwrap_or(0);
-                Err(Error::OutOfMemory { requested: bytes, free })
+                Err(Error::OutOfMemory {
+                    requested: bytes,
+                    free,
+                })
             }
             Err(e) => Err(drv(e)),
         }
@@ -173,9 +192,15 @@ impl GpuBackend for CudaBackend {
         matches!(self.function(name), Ok(Some(_)))
     }
     fn launch(&self, l: &Launch, stream: u64) -> Result<()> {
-        let func = self.function(l.kernel)?.ok_or_else(|| Error::MissingKernel(l.kernel.into()))? as sys::CUfunction;
+        let func = self
+            .function(l.kernel)?
+            .ok_or_else(|| Error::MissingKernel(l.kernel.into()))?
+            as sys::CUfunction;
         if l.smem > self.max_smem {
-            return Err(Error::Invalid(format!("{}: {} bytes of shared memory, device allows {}", l.kernel, l.smem, self.max_smem)));
+            return Err(Error::Invalid(format!(
+                "{}: {} bytes of shared memory, device allows {}",
+                l.kernel, l.smem, self.max_smem
+            )));
         }
         self.current()?;
         let mut size = l.params.len();

@@ -1,1 +1,245 @@
-fn main() {}
+//! `denseffn`: run the FFN paths of a layer on the best backend present and check them against
+//! the CPU reference and an f64 computation.
+use clap::{Parser, Subcommand, ValueEnum};
+use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
+use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext};
+use denseffn::pack::{random_activations, Nvfp4Host};
+use denseffn::reference::{ffn_f64, rel_l2};
+use half::bf16;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(
+    name = "denseffn",
+    version,
+    about = "Dense transformer FFN blocks on NVIDIA GPUs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum BackendArg {
+    /// CUDA when a GPU and driver are present, else the CPU reference.
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ActArg {
+    Silu,
+    Gelu,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build a layer (a deterministic synthetic NVFP4 layer), run every path it supports, check
+    /// each against the references and print a table.
+    Run {
+        #[arg(long, value_enum, default_value = "auto")]
+        backend: BackendArg,
+        /// Model width of the synthetic layer.
+        #[arg(long, default_value_t = 2048)]
+        hidden: usize,
+        /// FFN width of the synthetic layer.
+        #[arg(long, default_value_t = 5632)]
+        intermediate: usize,
+        #[arg(long, value_enum, default_value = "silu")]
+        activation: ActArg,
+        /// Tokens for forward_batched.
+        #[arg(long, default_value_t = 4)]
+        tokens: usize,
+        /// Seed of the synthetic weights and inputs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the table as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+struct Row {
+    path: String,
+    launches: u64,
+    us: f64,
+    gbs: f64,
+    err_ref: f64,
+    err_f64: f64,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Run {
+            backend,
+            hidden,
+            intermediate,
+            activation,
+            tokens,
+            seed,
+            json,
+        } => run(
+            backend,
+            hidden,
+            intermediate,
+            activation,
+            tokens,
+            seed,
+            json,
+        ),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(
+    backend: BackendArg,
+    h: usize,
+    i: usize,
+    act: ActArg,
+    tokens: usize,
+    seed: u64,
+    json: bool,
+) -> denseffn::Result<()> {
+    let act = match act {
+        ActArg::Silu => FfnActivation::Silu,
+        ActArg::Gelu => FfnActivation::Gelu,
+    };
+    let gpu: Arc<dyn GpuBackend> = match backend {
+        BackendArg::Cpu => Arc::new(CpuBackend::new()),
+        BackendArg::Cuda => Arc::new(CudaBackend::new()?),
+        BackendArg::Auto => {
+            let (g, why) = denseffn::best_backend();
+            if let Some(e) = why {
+                eprintln!("no GPU ({e}); running on the CPU reference backend");
+            }
+            g
+        }
+    };
+    let reference: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    eprintln!(
+        "layer: synthetic NVFP4 {h}×{i}, {act:?}, seed {seed}; backend {} ({})",
+        gpu.name(),
+        gpu.device_name()
+    );
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
+    let gate = Nvfp4Host::random(i, h, gs, &mut rng)?;
+    let up = Nvfp4Host::random(i, h, gs, &mut rng)?;
+    let down = Nvfp4Host::random(h, i, ds, &mut rng)?;
+    let x = random_activations(tokens.max(1) * h, &mut rng);
+    let want = ffn_f64(
+        &gate.dequantize(),
+        &up.dequantize(),
+        &down.dequantize(),
+        h,
+        i,
+        &x,
+        act,
+    );
+
+    let make =
+        |g: &Arc<dyn GpuBackend>| -> denseffn::Result<(DenseFfnLayer, ForwardContext, DevicePtr)> {
+            let layer = DenseFfnLayer::new_with_activation(
+                DenseFfnWeights::upload(g, &gate, &up, &down)?,
+                act,
+                g.clone(),
+            )?;
+            let ctx = ForwardContext::new(&layer, tokens.max(1))?;
+            let xin = g.alloc(x.len() * 2)?;
+            let bytes: Vec<u8> = x
+                .iter()
+                .flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes())
+                .collect();
+            g.upload(xin, &bytes)?;
+            Ok((layer, ctx, xin))
+        };
+    let (layer, mut ctx, xin) = make(&gpu)?;
+    let (rlayer, mut rctx, rxin) = make(&reference)?;
+    let wbytes = layer.weights().decode_bytes() as f64;
+
+    let mut rows = Vec::new();
+    type PathFn =
+        fn(&DenseFfnLayer, DevicePtr, &mut ForwardContext, usize) -> denseffn::Result<DevicePtr>;
+    let paths: Vec<(String, usize, PathFn)> = vec![
+        ("forward".into(), 1, |l, x, c, _| l.forward(x, c, 0)),
+        (
+            format!("forward_batched({tokens})"),
+            tokens,
+            |l, x, c, n| l.forward_batched(x, n, c, 0),
+        ),
+    ];
+    for (name, n, f) in paths {
+        let before = gpu.launch_count();
+        let out = f(&layer, xin, &mut ctx, n)?;
+        let launches = gpu.launch_count() - before;
+        let got = download(&gpu, out, n * h)?;
+        let rgot = download(&reference, f(&rlayer, rxin, &mut rctx, n)?, n * h)?;
+        // Time: GPU events around repeated calls (wall time on the CPU backend).
+        let reps = if gpu.name() == "cpu" { 1 } else { 20 };
+        let a = gpu.record_event(0)?;
+        for _ in 0..reps {
+            f(&layer, xin, &mut ctx, n)?;
+        }
+        let b = gpu.record_event(0)?;
+        let us = gpu.elapsed_ms(a, b)? as f64 * 1e3 / reps as f64;
+        rows.push(Row {
+            path: name,
+            launches,
+            us,
+            gbs: wbytes * n as f64 / us / 1e3,
+            err_ref: rel_l2(&got, &rgot),
+            err_f64: rel_l2(&got, &want[..n * h]),
+        });
+    }
+    print_rows(&rows, gpu.name(), json);
+    let worst = rows.iter().map(|r| r.err_f64).fold(0.0, f64::max);
+    if worst > 1e-2 {
+        return Err(denseffn::Error::Invalid(format!(
+            "relative error {worst:.2e} exceeds 1e-2"
+        )));
+    }
+    Ok(())
+}
+
+fn download(g: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> denseffn::Result<Vec<f64>> {
+    let mut b = vec![0u8; n * 2];
+    g.download(&mut b, p)?;
+    Ok(b.chunks_exact(2)
+        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+        .collect())
+}
+
+fn print_rows(rows: &[Row], backend: &str, json: bool) {
+    if json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"path\":\"{}\",\"backend\":\"{backend}\",\"launches\":{},\"us\":{:.2},\"weight_GBps\":{:.1},\"rel_err_vs_cpu_reference\":{:.3e},\"rel_err_vs_f64\":{:.3e}}}",
+                    r.path, r.launches, r.us, r.gbs, r.err_ref, r.err_f64
+                )
+            })
+            .collect();
+        println!("[{}]", items.join(","));
+        return;
+    }
+    println!("| path | backend | launches | time µs | weight GB/s | rel err vs CPU reference | rel err vs f64 |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {backend} | {} | {:.1} | {:.0} | {:.2e} | {:.2e} |",
+            r.path, r.launches, r.us, r.gbs, r.err_ref, r.err_f64
+        );
+    }
+}

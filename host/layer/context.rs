@@ -29,7 +29,9 @@ impl ForwardContext {
     /// Scratch for `layer` and up to `max_tokens` tokens per call (≥ 1).
     pub fn new(layer: &DenseFfnLayer, max_tokens: usize) -> Result<Self> {
         if max_tokens == 0 {
-            return Err(Error::Invalid("ForwardContext: max_tokens must be at least 1".into()));
+            return Err(Error::Invalid(
+                "ForwardContext: max_tokens must be at least 1".into(),
+            ));
         }
         let gpu = layer.gpu();
         let (h, i) = (layer.hidden(), layer.intermediate());
@@ -69,6 +71,16 @@ impl ForwardContext {
 
     /// Bytes of scratch held.
     pub fn bytes(&self) -> usize {
-        [&self.g, &self.u, &self.a, &self.out, &self.ws, &self.counters].iter().map(|b| b.len()).sum()
+        [
+            &self.g,
+            &self.u,
+            &self.a,
+            &self.out,
+            &self.ws,
+            &self.counters,
+        ]
+        .iter()
+        .map(|b| b.len())
+        .sum()
     }
 }

@@ -53,14 +53,29 @@ impl DenseFfnLayer {
     }
 
     /// A layer with the given activation. Checks that the three projections agree in shape.
-    pub fn new_with_activation(weights: DenseFfnWeights, activation: FfnActivation, gpu: Arc<dyn GpuBackend>) -> Result<Self> {
+    pub fn new_with_activation(
+        weights: DenseFfnWeights,
+        activation: FfnActivation,
+        gpu: Arc<dyn GpuBackend>,
+    ) -> Result<Self> {
         let (h, i) = (weights.hidden, weights.intermediate);
-        for (name, w, rows, cols) in [("gate", &weights.gate, i, h), ("up", &weights.up, i, h), ("down", &weights.down, h, i)] {
+        for (name, w, rows, cols) in [
+            ("gate", &weights.gate, i, h),
+            ("up", &weights.up, i, h),
+            ("down", &weights.down, h, i),
+        ] {
             if (w.rows, w.cols) != (rows, cols) {
-                return Err(Error::Shape(format!("{name} is [{}, {}], expected [{rows}, {cols}]", w.rows, w.cols)));
+                return Err(Error::Shape(format!(
+                    "{name} is [{}, {}], expected [{rows}, {cols}]",
+                    w.rows, w.cols
+                )));
             }
         }
-        Ok(DenseFfnLayer { weights, activation, gpu })
+        Ok(DenseFfnLayer {
+            weights,
+            activation,
+            gpu,
+        })
     }
 
     /// Model width.
@@ -99,7 +114,12 @@ impl DenseFfnLayer {
 
     /// One token: bf16 `[hidden]` at `input` → bf16 `[hidden]` at the returned pointer (the
     /// start of `ctx`'s output buffer). SiLU: 2 launches; GELU: 3.
-    pub fn forward(&self, input: DevicePtr, ctx: &mut ForwardContext, stream: u64) -> Result<DevicePtr> {
+    pub fn forward(
+        &self,
+        input: DevicePtr,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
         self.check_ctx(ctx)?;
         self.check_input(input, 1)?;
         self.require(self.decode_kernels())?;
@@ -109,22 +129,44 @@ impl DenseFfnLayer {
 
     /// `num_tokens` tokens one after another through [`DenseFfnLayer::forward`]'s kernels (the
     /// per-token loop, for comparison with batched paths): bf16 `[num_tokens][hidden]` out.
-    pub fn forward_batched(&self, input: DevicePtr, num_tokens: usize, ctx: &mut ForwardContext, stream: u64) -> Result<DevicePtr> {
+    pub fn forward_batched(
+        &self,
+        input: DevicePtr,
+        num_tokens: usize,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
         self.check_ctx(ctx)?;
         if num_tokens == 0 || num_tokens > ctx.max_tokens {
-            return Err(Error::Invalid(format!("forward_batched: {num_tokens} tokens, the context holds 1..={}", ctx.max_tokens)));
+            return Err(Error::Invalid(format!(
+                "forward_batched: {num_tokens} tokens, the context holds 1..={}",
+                ctx.max_tokens
+            )));
         }
         self.check_input(input, num_tokens)?;
         self.require(self.decode_kernels())?;
         let row = self.hidden() * 2;
         for t in 0..num_tokens {
-            self.decode_into(input.offset(t * row), ctx.out.ptr().offset(t * row), 1, ctx, stream)?;
+            self.decode_into(
+                input.offset(t * row),
+                ctx.out.ptr().offset(t * row),
+                1,
+                ctx,
+                stream,
+            )?;
         }
         Ok(ctx.out.ptr())
     }
 
     /// Launches the decode kernels for `m` ≤ 8 tokens, writing bf16 `[m][hidden]` to `out`.
-    fn decode_into(&self, input: DevicePtr, out: DevicePtr, m: usize, ctx: &ForwardContext, stream: u64) -> Result<()> {
+    fn decode_into(
+        &self,
+        input: DevicePtr,
+        out: DevicePtr,
+        m: usize,
+        ctx: &ForwardContext,
+        stream: u64,
+    ) -> Result<()> {
         let (h, i) = (self.hidden(), self.intermediate());
         let w = &self.weights;
         let sms = self.gpu.sm_count();
@@ -146,7 +188,10 @@ impl DenseFfnLayer {
             source: source::BF16,
             ..Default::default()
         };
-        self.gpu.launch(&GemvPlan::new(i, h, m, sms).launch(kernels::GATE_UP, &mut gu), stream)?;
+        self.gpu.launch(
+            &GemvPlan::new(i, h, m, sms).launch(kernels::GATE_UP, &mut gu),
+            stream,
+        )?;
         let mut down = GemvParams {
             w0: w.down.codes.ptr().0,
             s0: w.down.scales.ptr().0,
@@ -169,9 +214,21 @@ impl DenseFfnLayer {
             }
             FfnActivation::Gelu => {
                 let len = (m * i) as u32;
-                let ew = ElementwiseParams { g: ctx.g.ptr().0, u: ctx.u.ptr().0, out: ctx.a.ptr().0, len, _pad: 0 };
+                let ew = ElementwiseParams {
+                    g: ctx.g.ptr().0,
+                    u: ctx.u.ptr().0,
+                    out: ctx.a.ptr().0,
+                    len,
+                    _pad: 0,
+                };
                 self.gpu.launch(
-                    &Launch { kernel: kernels::GELU_MUL, grid: (len.div_ceil(1024), 1, 1), block: (256, 1, 1), smem: 0, params: ew.as_bytes() },
+                    &Launch {
+                        kernel: kernels::GELU_MUL,
+                        grid: (len.div_ceil(1024), 1, 1),
+                        block: (256, 1, 1),
+                        smem: 0,
+                        params: ew.as_bytes(),
+                    },
                     stream,
                 )?;
                 down.act0 = ctx.a.ptr().0;
@@ -179,7 +236,10 @@ impl DenseFfnLayer {
                 kernels::DOWN
             }
         };
-        self.gpu.launch(&GemvPlan::new(h, i, m, sms).launch(down_kernel, &mut down), stream)
+        self.gpu.launch(
+            &GemvPlan::new(h, i, m, sms).launch(down_kernel, &mut down),
+            stream,
+        )
     }
 
     /// Every kernel in `names` is in the loaded module, else an error naming the first missing.

@@ -1,7 +1,9 @@
 //! Launch planning for the GEMV family: how many K splits, and the grid.
 use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
+use denseffn_device::params::{
+    gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
+};
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
 pub const GEMV_SMEM_BUDGET: u32 = 48 * 1024;
@@ -27,9 +29,15 @@ impl GemvPlan {
         let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
         let max_chunks = ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * TILE_K as u32 * 2)).max(1);
         let for_occupancy = (BLOCKS_PER_SM * sm_count).div_ceil(row_groups);
-        let splits = for_occupancy.max(k_tiles.div_ceil(max_chunks)).clamp(1, k_tiles.max(1));
+        let splits = for_occupancy
+            .max(k_tiles.div_ceil(max_chunks))
+            .clamp(1, k_tiles.max(1));
         let chunks_per_split = k_tiles.div_ceil(splits);
-        GemvPlan { splits: k_tiles.div_ceil(chunks_per_split), chunks_per_split, row_groups }
+        GemvPlan {
+            splits: k_tiles.div_ceil(chunks_per_split),
+            chunks_per_split,
+            row_groups,
+        }
     }
 
     /// f32 elements of split-K workspace this plan needs for `projs` projections.
@@ -61,14 +69,30 @@ mod tests {
 
     #[test]
     fn plans_cover_k_and_fit_shared_memory() {
-        for &(n, k) in &[(14336usize, 4096usize), (4096, 14336), (8192, 28672), (28672, 8192), (64, 128), (1536, 8960)] {
+        for &(n, k) in &[
+            (14336usize, 4096usize),
+            (4096, 14336),
+            (8192, 28672),
+            (28672, 8192),
+            (64, 128),
+            (1536, 8960),
+        ] {
             for m in 1..=8 {
                 let p = GemvPlan::new(n, k, m, 132);
                 let k_tiles = (k / 64) as u32;
                 assert!(p.splits >= 1 && p.chunks_per_split >= 1);
-                assert!(p.splits * p.chunks_per_split >= k_tiles, "{n}x{k} m={m}: {p:?} misses columns");
-                assert!((p.splits - 1) * p.chunks_per_split < k_tiles, "{n}x{k} m={m}: {p:?} has an empty split");
-                assert!(gemv_smem_bytes(m as u32, p.chunks_per_split) <= GEMV_SMEM_BUDGET, "{n}x{k} m={m}: {p:?}");
+                assert!(
+                    p.splits * p.chunks_per_split >= k_tiles,
+                    "{n}x{k} m={m}: {p:?} misses columns"
+                );
+                assert!(
+                    (p.splits - 1) * p.chunks_per_split < k_tiles,
+                    "{n}x{k} m={m}: {p:?} has an empty split"
+                );
+                assert!(
+                    gemv_smem_bytes(m as u32, p.chunks_per_split) <= GEMV_SMEM_BUDGET,
+                    "{n}x{k} m={m}: {p:?}"
+                );
             }
         }
     }

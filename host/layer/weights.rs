@@ -57,9 +57,18 @@ pub struct DenseFfnWeights {
 impl DenseFfnWeights {
     /// Checks shapes and values, then uploads the decode and `_t` copies. On any error nothing
     /// stays allocated.
-    pub fn upload(gpu: &Arc<dyn GpuBackend>, gate: &Nvfp4Host, up: &Nvfp4Host, down: &Nvfp4Host) -> Result<Self> {
+    pub fn upload(
+        gpu: &Arc<dyn GpuBackend>,
+        gate: &Nvfp4Host,
+        up: &Nvfp4Host,
+        down: &Nvfp4Host,
+    ) -> Result<Self> {
         let (inter, hidden) = (gate.rows, gate.cols);
-        for (name, w, rows, cols) in [("gate", gate, inter, hidden), ("up", up, inter, hidden), ("down", down, hidden, inter)] {
+        for (name, w, rows, cols) in [
+            ("gate", gate, inter, hidden),
+            ("up", up, inter, hidden),
+            ("down", down, hidden, inter),
+        ] {
             w.validate(name)?;
             if (w.rows, w.cols) != (rows, cols) {
                 return Err(Error::Shape(format!(
@@ -106,6 +115,10 @@ impl DenseFfnWeights {
 
     /// Bytes of the `_t` copies still held.
     pub fn t_bytes(&self) -> usize {
-        [&self.gate_t, &self.up_t, &self.down_t].iter().filter_map(|w| w.as_ref()).map(|w| w.bytes()).sum()
+        [&self.gate_t, &self.up_t, &self.down_t]
+            .iter()
+            .filter_map(|w| w.as_ref())
+            .map(|w| w.bytes())
+            .sum()
     }
 }

@@ -22,10 +22,19 @@ impl HostLayer {
     pub fn quantized(hidden: usize, inter: usize, seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut q = |r, c, s: f32| {
-            let w: Vec<f32> = random_activations(r * c, &mut rng).into_iter().map(|v| v * s).collect();
+            let w: Vec<f32> = random_activations(r * c, &mut rng)
+                .into_iter()
+                .map(|v| v * s)
+                .collect();
             Nvfp4Host::quantize(&w, r, c).unwrap()
         };
-        HostLayer { hidden, inter, gate: q(inter, hidden, 0.05), up: q(inter, hidden, 0.05), down: q(hidden, inter, 0.03) }
+        HostLayer {
+            hidden,
+            inter,
+            gate: q(inter, hidden, 0.05),
+            up: q(inter, hidden, 0.05),
+            down: q(hidden, inter, 0.03),
+        }
     }
 
     /// Random codes and scales (fast at model size). Global scales keep activations O(1).
@@ -49,13 +58,23 @@ impl HostLayer {
 
     /// The f64 reference for `x` (`[m][hidden]`).
     pub fn reference(&self, x: &[f32], act: FfnActivation) -> Vec<f64> {
-        denseffn::reference::ffn_f64(&self.gate.dequantize(), &self.up.dequantize(), &self.down.dequantize(), self.hidden, self.inter, x, act)
+        denseffn::reference::ffn_f64(
+            &self.gate.dequantize(),
+            &self.up.dequantize(),
+            &self.down.dequantize(),
+            self.hidden,
+            self.inter,
+            x,
+            act,
+        )
     }
 }
 
 /// bf16 bytes of `x`.
 pub fn bf16_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|&v| bf16::from_f32(v).to_bits().to_le_bytes()).collect()
+    x.iter()
+        .flat_map(|&v| bf16::from_f32(v).to_bits().to_le_bytes())
+        .collect()
 }
 
 /// Uploads bf16 activations into a fresh allocation.
@@ -69,7 +88,9 @@ pub fn upload_bf16(gpu: &Arc<dyn GpuBackend>, x: &[f32]) -> DevicePtr {
 pub fn download_bf16(gpu: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> Vec<f64> {
     let mut b = vec![0u8; n * 2];
     gpu.download(&mut b, p).unwrap();
-    b.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect()
+    b.chunks_exact(2)
+        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+        .collect()
 }
 
 /// Seeded N(0,1) bf16-representable activations.

@@ -33,27 +33,58 @@ fn built_executables(args: &[&str]) -> Vec<(String, String, PathBuf)> {
     }
     let mut v = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if msg["reason"] != "compiler-artifact" || !msg["profile"]["test"].as_bool().unwrap_or(false) {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact"
+            || !msg["profile"]["test"].as_bool().unwrap_or(false)
+        {
             continue;
         }
-        let Some(exe) = msg["executable"].as_str() else { continue };
-        let kind = msg["target"]["kind"][0].as_str().unwrap_or("test").to_string();
-        let name = msg["target"]["name"].as_str().unwrap_or("unknown").replace('-', "_");
+        let Some(exe) = msg["executable"].as_str() else {
+            continue;
+        };
+        let kind = msg["target"]["kind"][0]
+            .as_str()
+            .unwrap_or("test")
+            .to_string();
+        let name = msg["target"]["name"]
+            .as_str()
+            .unwrap_or("unknown")
+            .replace('-', "_");
         let pkg = msg["package_id"].as_str().unwrap_or("");
-        let name = if kind == "lib" && pkg.contains("device") { format!("device_{name}") } else { name };
+        let name = if kind == "lib" && pkg.contains("device") {
+            format!("device_{name}")
+        } else {
+            name
+        };
         v.push((kind, name, PathBuf::from(exe)));
     }
     v
 }
 
 fn gpu_bundle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let bundle = root.join("gpu-bundle");
     let _ = fs::remove_dir_all(&bundle);
     fs::create_dir_all(bundle.join("bin")).unwrap();
-    let mut exes = built_executables(&["test", "--release", "--no-run", "--workspace", "--exclude", "xtask"]);
-    exes.extend(built_executables(&["bench", "--no-run", "--package", "denseffn"]));
+    let mut exes = built_executables(&[
+        "test",
+        "--release",
+        "--no-run",
+        "--workspace",
+        "--exclude",
+        "xtask",
+    ]);
+    exes.extend(built_executables(&[
+        "bench",
+        "--no-run",
+        "--package",
+        "denseffn",
+    ]));
     for (kind, name, exe) in &exes {
         let file = match kind.as_str() {
             "bench" => format!("bench-{name}"),
@@ -65,7 +96,10 @@ fn gpu_bundle() {
         println!("{}", dst.display());
     }
     fs::write(bundle.join("run.sh"), RUN_SH).unwrap();
-    println!("bundle ready: {} (carry it, then run `bash gpu-bundle/run.sh all`)", bundle.display());
+    println!(
+        "bundle ready: {} (carry it, then run `bash gpu-bundle/run.sh all`)",
+        bundle.display()
+    );
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash

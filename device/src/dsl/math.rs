@@ -6,7 +6,9 @@ use core::arch::asm;
 pub fn exp2(x: f32) -> f32 {
     let r: f32;
     // SAFETY: pure arithmetic.
-    unsafe { asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(nostack, pure, nomem))
+    };
     r
 }
 
@@ -21,7 +23,9 @@ pub fn exp(x: f32) -> f32 {
 pub fn max_nan(a: f32, b: f32) -> f32 {
     let r: f32;
     // SAFETY: pure arithmetic.
-    unsafe { asm!("max.NaN.f32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("max.NaN.f32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem))
+    };
     r
 }
 
@@ -36,7 +40,9 @@ pub fn bf16_to_f32(b: u16) -> f32 {
 pub fn f32_to_bf16(v: f32) -> u16 {
     let r: u16;
     // SAFETY: pure arithmetic.
-    unsafe { asm!("cvt.rn.bf16.f32 {r}, {v};", r = out(reg16) r, v = in(reg32) v, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("cvt.rn.bf16.f32 {r}, {v};", r = out(reg16) r, v = in(reg32) v, options(nostack, pure, nomem))
+    };
     r
 }
 
@@ -45,7 +51,9 @@ pub fn f32_to_bf16(v: f32) -> u16 {
 pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
     let r: u32;
     // SAFETY: pure arithmetic. cvt puts its first source in the upper half.
-    unsafe { asm!("cvt.rn.f16x2.f32 {r}, {h}, {l};", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("cvt.rn.f16x2.f32 {r}, {h}, {l};", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(nostack, pure, nomem))
+    };
     r
 }
 
@@ -65,7 +73,9 @@ pub fn e4m3x2_to_f16x2(b: u32) -> u32 {
 pub fn hmul2(a: u32, b: u32) -> u32 {
     let r: u32;
     // SAFETY: pure arithmetic.
-    unsafe { asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem))
+    };
     r
 }
 
@@ -74,6 +84,8 @@ pub fn hmul2(a: u32, b: u32) -> u32 {
 pub fn prmt(a: u32, b: u32, s: u32) -> u32 {
     let r: u32;
     // SAFETY: pure bit manipulation.
-    unsafe { asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) s, options(nostack, pure, nomem)) };
+    unsafe {
+        asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) s, options(nostack, pure, nomem))
+    };
     r
 }

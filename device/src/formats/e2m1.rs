@@ -50,7 +50,11 @@ mod tests {
         let want = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
         for c in 0..16u8 {
             let v = decode(c);
-            let w = if c & 8 != 0 { -want[(c & 7) as usize] } else { want[(c & 7) as usize] };
+            let w = if c & 8 != 0 {
+                -want[(c & 7) as usize]
+            } else {
+                want[(c & 7) as usize]
+            };
             assert_eq!(v, w, "code {c:#x}");
         }
     }

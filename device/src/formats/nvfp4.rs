@@ -92,7 +92,8 @@ pub fn decode_tile(codes: &[u8], scales: &[u8], out: &mut [[f32; TILE_K]; TILE_R
         let (g, t) = (lane / 4, lane % 4);
         for step in 0..4 {
             let off = lane * 16 + step * 4;
-            let w = u32::from_le_bytes([codes[off], codes[off + 1], codes[off + 2], codes[off + 3]]);
+            let w =
+                u32::from_le_bytes([codes[off], codes[off + 1], codes[off + 2], codes[off + 3]]);
             let s_lo = e4m3::decode(scales[g * 8 + step]);
             let s_hi = e4m3::decode(scales[g * 8 + 4 + step]);
             for slot in 0..8 {
@@ -109,7 +110,7 @@ pub fn decode_tile(codes: &[u8], scales: &[u8], out: &mut [[f32; TILE_K]; TILE_R
 #[inline]
 pub fn modelopt_code(codes: &[u8], cols: usize, row: usize, col: usize) -> u8 {
     let b = codes[row * cols / 2 + col / 2];
-    if col % 2 == 0 {
+    if col.is_multiple_of(2) {
         b & 0xF
     } else {
         b >> 4
@@ -118,7 +119,14 @@ pub fn modelopt_code(codes: &[u8], cols: usize, row: usize, col: usize) -> u8 {
 
 /// The value of element (`row`, `col`) in the ModelOpt layout, global scale included.
 #[inline]
-pub fn modelopt_value(codes: &[u8], scales: &[u8], global: f32, cols: usize, row: usize, col: usize) -> f32 {
+pub fn modelopt_value(
+    codes: &[u8],
+    scales: &[u8],
+    global: f32,
+    cols: usize,
+    row: usize,
+    col: usize,
+) -> f32 {
     let s = e4m3::decode(scales[row * (cols / GROUP) + col / GROUP]);
     e2m1::decode(modelopt_code(codes, cols, row, col)) * s * global
 }
@@ -152,8 +160,16 @@ mod tests {
                 let w = put_slot(0, slot, code);
                 let p = w & 0x9C9C_9C9C;
                 let q = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
-                let byte = if slot < 4 { p >> (8 * slot) } else { q >> (8 * (slot - 4)) } as u8;
-                assert_eq!(e4m3::decode(byte), e2m1::decode(code) * TILED_E4M3_FACTOR, "slot {slot} code {code:#x}");
+                let byte = if slot < 4 {
+                    p >> (8 * slot)
+                } else {
+                    q >> (8 * (slot - 4))
+                } as u8;
+                assert_eq!(
+                    e4m3::decode(byte),
+                    e2m1::decode(code) * TILED_E4M3_FACTOR,
+                    "slot {slot} code {code:#x}"
+                );
             }
         }
     }

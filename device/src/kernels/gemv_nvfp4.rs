@@ -59,8 +59,17 @@ pub fn silu(x: f32) -> f32 {
 #[inline(always)]
 fn pow2_scale(amax: f32) -> (f32, f32) {
     let e = (amax.to_bits() >> 23) & 0xFF;
-    let e = if e < 20 { 20 } else if e > 254 { 254 } else { e };
-    (f32::from_bits((268 - e) << 23), f32::from_bits((e - 14) << 23))
+    let e = if e < 20 {
+        20
+    } else if e > 254 {
+        254
+    } else {
+        e
+    };
+    (
+        f32::from_bits((268 - e) << 23),
+        f32::from_bits((e - 14) << 23),
+    )
 }
 
 /// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
@@ -103,7 +112,8 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
             let q = 2 * j + r / 8;
             let tq = (r % 8) / 2;
             let word = ((c * p.m + t) * 4 + tq) * 8 + q;
-            smem.add(GEMV_SMEM_HEADER + word * 4).st_u32(pack_f16x2(a * f, b * f));
+            smem.add(GEMV_SMEM_HEADER + word * 4)
+                .st_u32(pack_f16x2(a * f, b * f));
             i += GEMV_THREADS;
         }
     }
@@ -157,7 +167,11 @@ pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
     let split = block_y();
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
-    let nchunks = if chunk0 >= k_tiles { 0 } else { core::cmp::min(p.chunks_per_split, k_tiles - chunk0) };
+    let nchunks = if chunk0 >= k_tiles {
+        0
+    } else {
+        core::cmp::min(p.chunks_per_split, k_tiles - chunk0)
+    };
     stage(p, chunk0, nchunks);
 
     let rt = block_x() * WARPS + warp_id();
@@ -167,15 +181,27 @@ pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
     if rt < row_tiles {
         let (lane, g) = (lane(), lane() / 4);
         let tile0 = (rt * k_tiles + chunk0) as usize;
-        let code_at = |base: u64, c: u32| (base as *const u8).add((tile0 + c as usize) * TILE_CODE_BYTES + lane as usize * 16);
-        let scale_at = |base: u64, c: u32| (base as *const u8).add((tile0 + c as usize) * TILE_SCALE_BYTES + g as usize * 8);
+        let code_at = |base: u64, c: u32| {
+            (base as *const u8).add((tile0 + c as usize) * TILE_CODE_BYTES + lane as usize * 16)
+        };
+        let scale_at = |base: u64, c: u32| {
+            (base as *const u8).add((tile0 + c as usize) * TILE_SCALE_BYTES + g as usize * 8)
+        };
         // One chunk's weights for both projections, loaded ahead of its use.
         let load = |c: u32| -> Loaded {
             Loaded {
                 w0: ld_nc_v4(code_at(p.w0, c)),
                 s0: ld_nc_v2(scale_at(p.s0, c)),
-                w1: if DUAL { ld_nc_v4(code_at(p.w1, c)) } else { [0; 4] },
-                s1: if DUAL { ld_nc_v2(scale_at(p.s1, c)) } else { [0; 2] },
+                w1: if DUAL {
+                    ld_nc_v4(code_at(p.w1, c))
+                } else {
+                    [0; 4]
+                },
+                s1: if DUAL {
+                    ld_nc_v2(scale_at(p.s1, c))
+                } else {
+                    [0; 2]
+                },
             }
         };
         let mut use_chunk = |c: u32, l: Loaded| {
@@ -230,7 +256,10 @@ unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4]) {
             store_out(p, proj, t, row, y);
         } else {
             let ws = p.ws as *mut f32;
-            st_cg_f32(ws.add((((block_y() * 2 + proj) * p.m + t) * p.n + row) as usize), y);
+            st_cg_f32(
+                ws.add((((block_y() * 2 + proj) * p.m + t) * p.n + row) as usize),
+                y,
+            );
         }
     }
 }
@@ -275,7 +304,9 @@ unsafe fn reduce_splits(p: &GemvParams, projs: u32) {
         if row < p.n {
             let mut sum = 0.0f32;
             for s in 0..p.splits {
-                sum += ld_cg_f32((p.ws as *const f32).add((((s * 2 + proj) * p.m + t) * p.n + row) as usize));
+                sum += ld_cg_f32(
+                    (p.ws as *const f32).add((((s * 2 + proj) * p.m + t) * p.n + row) as usize),
+                );
             }
             store_out(p, proj, t, row, sum);
         }
