@@ -107,6 +107,7 @@ fn bench(c: &mut Criterion) {
     };
     let mut rng = SmallRng::seed_from_u64(1);
     let mut rows = Vec::new();
+    let mut km_rows = Vec::new();
 
     // The copy ceiling of this card, same run: 1 GiB device to device (read + write counted).
     let n = 1usize << 30;
@@ -137,8 +138,8 @@ fn bench(c: &mut Criterion) {
         )
         .unwrap();
         drop((gate, up, down));
-        let mut ctx = ForwardContext::new(&layer, 1).unwrap();
-        let xb: Vec<u8> = random_activations(h, &mut rng)
+        let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+        let xb: Vec<u8> = random_activations(8 * h, &mut rng)
             .iter()
             .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
             .collect();
@@ -154,6 +155,31 @@ fn bench(c: &mut Criterion) {
             layer.forward(x.ptr(), &mut ctx, 0).unwrap();
         });
         let bytes = layer.weights().decode_bytes();
+        for m in 1..=8usize {
+            let t = median_us(&*gpu, 11, 50, || {
+                layer.forward_km(x.ptr(), m, &mut ctx, 0).unwrap();
+            });
+            let k = match m {
+                2 => format!(
+                    "{:.1}",
+                    median_us(&*gpu, 11, 50, || {
+                        layer.forward_k2(x.ptr(), &mut ctx, 0).unwrap();
+                    })
+                ),
+                3 => format!(
+                    "{:.1}",
+                    median_us(&*gpu, 11, 50, || {
+                        layer.forward_k3(x.ptr(), &mut ctx, 0).unwrap();
+                    })
+                ),
+                _ => "–".into(),
+            };
+            km_rows.push(format!(
+                "| {name} | {m} | {t:.1} | {:.2} | {k} | {:.0} |",
+                t / ours,
+                bytes as f64 / t / 1e3
+            ));
+        }
         drop(layer);
 
         let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
@@ -189,6 +215,14 @@ fn bench(c: &mut Criterion) {
         gpu.sm_count()
     );
     for r in &rows {
+        md.push_str(r);
+        md.push('\n');
+    }
+    md.push_str(
+        "\nSpeculative verify: forward_km(m) (4 launches) and forward_k2/k3 (3 launches); ratio = time ÷ forward() (one token).\n\n\
+         | model | m | forward_km µs | ÷ forward() | forward_k2/k3 µs | NVFP4 GB/s |\n|---|---|---|---|---|---|\n",
+    );
+    for r in &km_rows {
         md.push_str(r);
         md.push('\n');
     }

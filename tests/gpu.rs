@@ -71,3 +71,64 @@ fn decode_matches_cpu_reference_on_model_shapes() {
         }
     }
 }
+
+#[test]
+fn verify_paths_match_cpu_reference() {
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    for &(h, i) in &[(2048usize, 5632usize), (4096, 14336)] {
+        let host = HostLayer::random(h, i, (h + i) as u64);
+        let x = activations(8 * h, 77);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let (cl, gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            let (mut cc, mut gc) = (
+                ForwardContext::new(&cl, 8).unwrap(),
+                ForwardContext::new(&gl, 8).unwrap(),
+            );
+            let (cx, gx) = (upload_bf16(&cpu, &x), upload_bf16(&gpu, &x));
+            let mut worst = 0.0f64;
+            for m in 1..=8 {
+                assert!(gl.can_forward_km(m));
+                let want = download_bf16(&cpu, cl.forward_km(cx, m, &mut cc, 0).unwrap(), m * h);
+                gpu.memset(gc.output(), 0xFF, 8 * h * 2).unwrap();
+                let before = gpu.launch_count();
+                let got = download_bf16(&gpu, gl.forward_km(gx, m, &mut gc, 0).unwrap(), m * h);
+                assert_eq!(gpu.launch_count() - before, 4);
+                assert!(
+                    got.iter().all(|v| v.is_finite()),
+                    "({h},{i}) {act:?} m={m}: unwritten outputs"
+                );
+                let e = rel_l2(&got, &want);
+                worst = worst.max(e);
+                assert!(e <= 1e-2, "({h},{i}) {act:?} km m={m}: {e}");
+            }
+            for k in [2usize, 3] {
+                let want = download_bf16(
+                    &cpu,
+                    if k == 2 {
+                        cl.forward_k2(cx, &mut cc, 0)
+                    } else {
+                        cl.forward_k3(cx, &mut cc, 0)
+                    }
+                    .unwrap(),
+                    k * h,
+                );
+                gpu.memset(gc.output(), 0xFF, 8 * h * 2).unwrap();
+                let got = download_bf16(
+                    &gpu,
+                    if k == 2 {
+                        gl.forward_k2(gx, &mut gc, 0)
+                    } else {
+                        gl.forward_k3(gx, &mut gc, 0)
+                    }
+                    .unwrap(),
+                    k * h,
+                );
+                let e = rel_l2(&got, &want);
+                worst = worst.max(e);
+                assert!(e <= 1e-2, "({h},{i}) {act:?} k{k}: {e}");
+            }
+            eprintln!("({h}, {i}) {act:?}: forward_km m=1..8, k2, k3: worst rel L2 vs CPU reference {worst:.2e}");
+        }
+    }
+}

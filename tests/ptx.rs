@@ -81,7 +81,19 @@ fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
 fn every_kernel_assembles_for_sm90_and_gemvs_do_not_spill() {
     let Some(k) = assemble() else { return };
     use denseffn::layer::kernels::*;
-    for name in [GATE_UP, SILU_DOWN, DOWN, GELU_MUL, SILU_MUL] {
+    for name in [
+        GATE_UP,
+        SILU_DOWN,
+        DOWN,
+        GELU_MUL,
+        SILU_MUL,
+        BATCH2_GATE_UP,
+        BATCH3_GATE_UP,
+        BATCH2_DOWN,
+        BATCH3_DOWN,
+        BATCHM,
+        BATCH8,
+    ] {
         assert!(
             k.contains_key(name),
             "entry point {name} missing from the PTX; have {:?}",

@@ -13,13 +13,19 @@ pub(crate) const KERNELS: &[&str] = &[
     "gemv_nvfp4_gate_up",
     "gemv_nvfp4_silu_down",
     "gemv_nvfp4_down",
+    "gemv_batch2_nvfp4_gate_up",
+    "gemv_batch3_nvfp4_gate_up",
+    "gemv_batch2_nvfp4_down",
+    "gemv_batch3_nvfp4_down",
+    "gemv_batchm_nvfp4",
+    "gemv_batch8_nvfp4",
     "gelu_mul",
     "silu_mul",
 ];
 
 pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
     match l.kernel {
-        "gemv_nvfp4_gate_up" | "gemv_nvfp4_silu_down" | "gemv_nvfp4_down" => gemv(mem, &params(l)?),
+        k if k.starts_with("gemv_") => gemv(mem, &params(l)?),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "silu_mul" => elementwise(mem, &params(l)?, silu),
         other => Err(Error::MissingKernel(other.into())),

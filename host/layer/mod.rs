@@ -35,6 +35,18 @@ pub mod kernels {
     pub const GELU_MUL: &str = "gelu_mul";
     /// `silu(g)·u`.
     pub const SILU_MUL: &str = "silu_mul";
+    /// Dual GEMV (gate+up) for 2 tokens.
+    pub const BATCH2_GATE_UP: &str = "gemv_batch2_nvfp4_gate_up";
+    /// Dual GEMV (gate+up) for 3 tokens.
+    pub const BATCH3_GATE_UP: &str = "gemv_batch3_nvfp4_gate_up";
+    /// Down GEMV for 2 tokens.
+    pub const BATCH2_DOWN: &str = "gemv_batch2_nvfp4_down";
+    /// Down GEMV for 3 tokens.
+    pub const BATCH3_DOWN: &str = "gemv_batch3_nvfp4_down";
+    /// One projection, m ≤ 4 tokens.
+    pub const BATCHM: &str = "gemv_batchm_nvfp4";
+    /// One projection, 5 ≤ m ≤ 8 tokens.
+    pub const BATCH8: &str = "gemv_batch8_nvfp4";
 }
 
 /// A dense FFN layer on one device.
@@ -158,6 +170,189 @@ impl DenseFfnLayer {
         Ok(ctx.out.ptr())
     }
 
+    /// Kernels [`DenseFfnLayer::forward_k2`] / `forward_k3` launch (`k` = 2 or 3), in order.
+    pub fn verify_kernels(&self, k: usize) -> [&'static str; 3] {
+        let (gu, down) = if k == 2 {
+            (kernels::BATCH2_GATE_UP, kernels::BATCH2_DOWN)
+        } else {
+            (kernels::BATCH3_GATE_UP, kernels::BATCH3_DOWN)
+        };
+        [gu, self.act_kernel(), down]
+    }
+
+    /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches; the
+    /// batch8 kernel for m = 5..=8).
+    pub fn km_kernels(&self, m: usize) -> [&'static str; 4] {
+        let g = if m > 4 {
+            kernels::BATCH8
+        } else {
+            kernels::BATCHM
+        };
+        [g, g, self.act_kernel(), g]
+    }
+
+    fn act_kernel(&self) -> &'static str {
+        match self.activation {
+            FfnActivation::Silu => kernels::SILU_MUL,
+            FfnActivation::Gelu => kernels::GELU_MUL,
+        }
+    }
+
+    /// Two draft tokens (bf16 `[2][hidden]`): dual batch2 GEMV + activation·up + batch2 down =
+    /// 3 launches, each weight byte read once for both tokens.
+    pub fn forward_k2(
+        &self,
+        input: DevicePtr,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
+        self.forward_verify(input, 2, ctx, stream)
+    }
+
+    /// Three draft tokens: as [`DenseFfnLayer::forward_k2`] with the batch3 kernels.
+    pub fn forward_k3(
+        &self,
+        input: DevicePtr,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
+        self.forward_verify(input, 3, ctx, stream)
+    }
+
+    fn forward_verify(
+        &self,
+        input: DevicePtr,
+        k: usize,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
+        self.check_ctx(ctx)?;
+        self.check_input(input, k)?;
+        let names = self.verify_kernels(k);
+        self.require(&names)?;
+        let w = &self.weights;
+        self.launch_gemv(names[0], &mut self.gate_up_params(input, k, ctx), stream)?;
+        self.launch_act(k, ctx, stream)?;
+        let mut down = self.gemv_params(&w.down, ctx.a.ptr(), ctx.out.ptr(), k, ctx);
+        down.source = source::F32;
+        down.out_bf16 = 1;
+        self.launch_gemv(names[2], &mut down, stream)?;
+        Ok(ctx.out.ptr())
+    }
+
+    /// Whether [`DenseFfnLayer::forward_km`] can run `m` tokens: exactly when 1 ≤ m ≤ 8, its
+    /// kernels are in the loaded module, and the NVFP4 decode weights are loaded.
+    pub fn can_forward_km(&self, m: usize) -> bool {
+        (1..=MAX_GEMV_TOKENS).contains(&m)
+            && self.km_kernels(m).iter().all(|k| self.gpu.has_kernel(k))
+    }
+
+    /// `m` ≤ 8 tokens (bf16 `[m][hidden]`): batched gate + batched up + activation·up + batched
+    /// down = 4 launches, each projection's weights read once for all m rows. Any m outside
+    /// 1..=8, or a layer where [`DenseFfnLayer::can_forward_km`] is false, is an error (never a
+    /// silent fallback).
+    pub fn forward_km(
+        &self,
+        input: DevicePtr,
+        m: usize,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
+        if !(1..=MAX_GEMV_TOKENS).contains(&m) {
+            return Err(Error::Invalid(format!(
+                "forward_km: m = {m}, must be 1..={MAX_GEMV_TOKENS}"
+            )));
+        }
+        self.check_ctx(ctx)?;
+        self.check_input(input, m)?;
+        let names = self.km_kernels(m);
+        self.require(&names)?;
+        let w = &self.weights;
+        self.launch_gemv(
+            names[0],
+            &mut self.gemv_params(&w.gate, input, ctx.g.ptr(), m, ctx),
+            stream,
+        )?;
+        self.launch_gemv(
+            names[1],
+            &mut self.gemv_params(&w.up, input, ctx.u.ptr(), m, ctx),
+            stream,
+        )?;
+        self.launch_act(m, ctx, stream)?;
+        let mut down = self.gemv_params(&w.down, ctx.a.ptr(), ctx.out.ptr(), m, ctx);
+        down.source = source::F32;
+        down.out_bf16 = 1;
+        self.launch_gemv(names[3], &mut down, stream)?;
+        Ok(ctx.out.ptr())
+    }
+
+    /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
+    fn gemv_params(
+        &self,
+        w: &Nvfp4Weight,
+        input: DevicePtr,
+        out: DevicePtr,
+        m: usize,
+        ctx: &ForwardContext,
+    ) -> GemvParams {
+        GemvParams {
+            w0: w.codes.ptr().0,
+            s0: w.scales.ptr().0,
+            act0: input.0,
+            out0: out.0,
+            ws: ctx.ws.ptr().0,
+            counters: ctx.counters.ptr().0,
+            gscale0: w.global,
+            n: w.rows as u32,
+            k: w.cols as u32,
+            m: m as u32,
+            source: source::BF16,
+            ..Default::default()
+        }
+    }
+
+    /// Parameters of the dual gate+up GEMV: g and u (f32) into the context.
+    fn gate_up_params(&self, input: DevicePtr, m: usize, ctx: &ForwardContext) -> GemvParams {
+        let w = &self.weights;
+        GemvParams {
+            w1: w.up.codes.ptr().0,
+            s1: w.up.scales.ptr().0,
+            gscale1: w.up.global,
+            out1: ctx.u.ptr().0,
+            ..self.gemv_params(&w.gate, input, ctx.g.ptr(), m, ctx)
+        }
+    }
+
+    fn launch_gemv(&self, kernel: &'static str, p: &mut GemvParams, stream: u64) -> Result<()> {
+        let plan = GemvPlan::new(
+            p.n as usize,
+            p.k as usize,
+            p.m as usize,
+            self.gpu.sm_count(),
+        );
+        self.gpu.launch(&plan.launch(kernel, p), stream)
+    }
+
+    /// `a = act(g)·u` over `m` tokens.
+    fn launch_act(&self, m: usize, ctx: &ForwardContext, stream: u64) -> Result<()> {
+        let len = (m * self.intermediate()) as u32;
+        let ew = ElementwiseParams {
+            g: ctx.g.ptr().0,
+            u: ctx.u.ptr().0,
+            out: ctx.a.ptr().0,
+            len,
+            _pad: 0,
+        };
+        let l = Launch {
+            kernel: self.act_kernel(),
+            grid: (len.div_ceil(1024), 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+            params: ew.as_bytes(),
+        };
+        self.gpu.launch(&l, stream)
+    }
+
     /// Launches the decode kernels for `m` ≤ 8 tokens, writing bf16 `[m][hidden]` to `out`.
     fn decode_into(
         &self,
@@ -167,79 +362,28 @@ impl DenseFfnLayer {
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
-        let (h, i) = (self.hidden(), self.intermediate());
         let w = &self.weights;
-        let sms = self.gpu.sm_count();
-        let mut gu = GemvParams {
-            w0: w.gate.codes.ptr().0,
-            s0: w.gate.scales.ptr().0,
-            w1: w.up.codes.ptr().0,
-            s1: w.up.scales.ptr().0,
-            act0: input.0,
-            out0: ctx.g.ptr().0,
-            out1: ctx.u.ptr().0,
-            ws: ctx.ws.ptr().0,
-            counters: ctx.counters.ptr().0,
-            gscale0: w.gate.global,
-            gscale1: w.up.global,
-            n: i as u32,
-            k: h as u32,
-            m: m as u32,
-            source: source::BF16,
-            ..Default::default()
-        };
-        self.gpu.launch(
-            &GemvPlan::new(i, h, m, sms).launch(kernels::GATE_UP, &mut gu),
+        self.launch_gemv(
+            kernels::GATE_UP,
+            &mut self.gate_up_params(input, m, ctx),
             stream,
         )?;
-        let mut down = GemvParams {
-            w0: w.down.codes.ptr().0,
-            s0: w.down.scales.ptr().0,
-            out0: out.0,
-            ws: ctx.ws.ptr().0,
-            counters: ctx.counters.ptr().0,
-            gscale0: w.down.global,
-            n: h as u32,
-            k: i as u32,
-            m: m as u32,
-            out_bf16: 1,
-            ..Default::default()
-        };
-        let down_kernel = match self.activation {
+        let mut down = self.gemv_params(&w.down, ctx.g.ptr(), out, m, ctx);
+        down.out_bf16 = 1;
+        let kernel = match self.activation {
             FfnActivation::Silu => {
-                down.act0 = ctx.g.ptr().0;
                 down.act1 = ctx.u.ptr().0;
                 down.source = source::SILU_F32;
                 kernels::SILU_DOWN
             }
             FfnActivation::Gelu => {
-                let len = (m * i) as u32;
-                let ew = ElementwiseParams {
-                    g: ctx.g.ptr().0,
-                    u: ctx.u.ptr().0,
-                    out: ctx.a.ptr().0,
-                    len,
-                    _pad: 0,
-                };
-                self.gpu.launch(
-                    &Launch {
-                        kernel: kernels::GELU_MUL,
-                        grid: (len.div_ceil(1024), 1, 1),
-                        block: (256, 1, 1),
-                        smem: 0,
-                        params: ew.as_bytes(),
-                    },
-                    stream,
-                )?;
+                self.launch_act(m, ctx, stream)?;
                 down.act0 = ctx.a.ptr().0;
                 down.source = source::F32;
                 kernels::DOWN
             }
         };
-        self.gpu.launch(
-            &GemvPlan::new(h, i, m, sms).launch(down_kernel, &mut down),
-            stream,
-        )
+        self.launch_gemv(kernel, &mut down, stream)
     }
 
     /// Every kernel in `names` is in the loaded module, else an error naming the first missing.

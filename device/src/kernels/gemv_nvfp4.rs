@@ -314,6 +314,42 @@ unsafe fn reduce_splits(p: &GemvParams, projs: u32) {
     }
 }
 
+/// Speculative-verify dual GEMV for 2 tokens: gate and up, f32 out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batch2_nvfp4_gate_up(p: GemvParams) {
+    gemv::<true>(&p)
+}
+
+/// Speculative-verify dual GEMV for 3 tokens.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batch3_nvfp4_gate_up(p: GemvParams) {
+    gemv::<true>(&p)
+}
+
+/// Down GEMV for 2 tokens over an activated f32 input: bf16 out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batch2_nvfp4_down(p: GemvParams) {
+    gemv::<false>(&p)
+}
+
+/// Down GEMV for 3 tokens over an activated f32 input: bf16 out.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batch3_nvfp4_down(p: GemvParams) {
+    gemv::<false>(&p)
+}
+
+/// One projection for m ≤ 4 tokens (any activation source and output type).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batchm_nvfp4(p: GemvParams) {
+    gemv::<false>(&p)
+}
+
+/// One projection for 5..=8 tokens (the full 8 B columns of the mma).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemv_batch8_nvfp4(p: GemvParams) {
+    gemv::<false>(&p)
+}
+
 /// Dual GEMV, gate and up from the same bf16 input: f32 g and u out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_nvfp4_gate_up(p: GemvParams) {

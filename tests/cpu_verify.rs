@@ -1,0 +1,132 @@
+//! Speculative-verify paths (forward_k2, forward_k3, forward_km) on the CPU reference backend.
+mod common;
+use common::*;
+use denseffn::backend::{CpuBackend, GpuBackend};
+use denseffn::layer::{kernels, FfnActivation, ForwardContext};
+use denseffn::reference::rel_l2;
+use denseffn::Error;
+use std::sync::Arc;
+
+const H: usize = 192;
+const I: usize = 320;
+
+fn cpu() -> Arc<dyn GpuBackend> {
+    Arc::new(CpuBackend::new())
+}
+
+#[test]
+fn km_matches_reference_and_single_rows_for_every_m() {
+    let host = HostLayer::quantized(H, I, 17);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let gpu = cpu();
+        let layer = host.layer(&gpu, act);
+        let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+        let x = activations(8 * H, 23);
+        let want = host.reference(&x, act);
+        for m in 1..=8 {
+            assert!(layer.can_forward_km(m));
+            let xs = upload_bf16(&gpu, &x[..m * H]);
+            let before = gpu.launch_count();
+            let got = download_bf16(&gpu, layer.forward_km(xs, m, &mut ctx, 0).unwrap(), m * H);
+            assert_eq!(gpu.launch_count() - before, 4, "{act:?} m={m}");
+            let err = rel_l2(&got, &want[..m * H]);
+            assert!(err < 1e-2, "{act:?} m={m}: rel L2 {err}");
+            for t in 0..m {
+                let single = download_bf16(
+                    &gpu,
+                    layer
+                        .forward(upload_bf16(&gpu, &x[t * H..(t + 1) * H]), &mut ctx, 0)
+                        .unwrap(),
+                    H,
+                );
+                let e = rel_l2(&got[t * H..(t + 1) * H], &single);
+                assert!(
+                    e < 5e-3,
+                    "{act:?} m={m} row {t}: differs from forward by {e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn k2_k3_match_reference_with_three_launches() {
+    let host = HostLayer::quantized(H, I, 19);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let gpu = cpu();
+        let layer = host.layer(&gpu, act);
+        let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+        let x = activations(3 * H, 29);
+        let want = host.reference(&x, act);
+        for k in [2usize, 3] {
+            let xs = upload_bf16(&gpu, &x[..k * H]);
+            let before = gpu.launch_count();
+            let y = if k == 2 {
+                layer.forward_k2(xs, &mut ctx, 0)
+            } else {
+                layer.forward_k3(xs, &mut ctx, 0)
+            }
+            .unwrap();
+            assert_eq!(gpu.launch_count() - before, 3, "{act:?} k{k}");
+            let got = download_bf16(&gpu, y, k * H);
+            let km = download_bf16(&gpu, layer.forward_km(xs, k, &mut ctx, 0).unwrap(), k * H);
+            assert_eq!(got, km, "{act:?} k{k} differs from forward_km({k})");
+            let err = rel_l2(&got, &want[..k * H]);
+            assert!(err < 1e-2, "{act:?} k{k}: {err}");
+        }
+        assert_eq!(
+            layer.verify_kernels(2)[1],
+            if act == FfnActivation::Silu {
+                kernels::SILU_MUL
+            } else {
+                kernels::GELU_MUL
+            }
+        );
+    }
+}
+
+#[test]
+fn km_refuses_bad_m_and_missing_kernels() {
+    let host = HostLayer::quantized(H, I, 3);
+    let gpu = cpu();
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+    let x = upload_bf16(&gpu, &activations(8 * H, 1));
+    for m in [0usize, 9, 100] {
+        assert!(!layer.can_forward_km(m));
+        assert!(
+            matches!(layer.forward_km(x, m, &mut ctx, 0), Err(Error::Invalid(_))),
+            "m={m}"
+        );
+    }
+    // Input shorter than m rows.
+    let short = upload_bf16(&gpu, &activations(2 * H, 1));
+    assert!(matches!(
+        layer.forward_km(short, 3, &mut ctx, 0),
+        Err(Error::Invalid(_))
+    ));
+
+    // Without the batch8 kernel: m ≤ 4 still works, m = 5..8 is refused by name, nothing launches.
+    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[kernels::BATCH8]));
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+    let x = upload_bf16(&gpu, &activations(8 * H, 1));
+    assert!(layer.can_forward_km(4) && !layer.can_forward_km(5));
+    let before = gpu.launch_count();
+    match layer.forward_km(x, 6, &mut ctx, 0) {
+        Err(Error::MissingKernel(k)) => assert_eq!(k, kernels::BATCH8),
+        other => panic!("expected MissingKernel, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(gpu.launch_count(), before);
+    layer.forward_km(x, 4, &mut ctx, 0).unwrap();
+
+    let gpu: Arc<dyn GpuBackend> =
+        Arc::new(CpuBackend::new().without_kernels(&[kernels::BATCH3_DOWN]));
+    let layer = host.layer(&gpu, FfnActivation::Gelu);
+    let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+    let x = upload_bf16(&gpu, &activations(3 * H, 1));
+    assert!(layer.forward_k2(x, &mut ctx, 0).is_ok());
+    assert!(
+        matches!(layer.forward_k3(x, &mut ctx, 0), Err(Error::MissingKernel(ref k)) if k == kernels::BATCH3_DOWN)
+    );
+}
