@@ -2,7 +2,8 @@
 use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
-    gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
+    gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER,
+    GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
 };
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
@@ -27,7 +28,8 @@ impl GemvPlan {
     pub fn new(n: usize, k: usize, m: usize, sm_count: u32) -> Self {
         let (n, k_tiles, m) = (n as u32, (k / TILE_K) as u32, m as u32);
         let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
-        let max_chunks = ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * TILE_K as u32 * 2)).max(1);
+        let max_chunks =
+            ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * GEMV_SMEM_PER_TOKEN_CHUNK)).max(1);
         let for_occupancy = (BLOCKS_PER_SM * sm_count).div_ceil(row_groups);
         let splits = for_occupancy
             .max(k_tiles.div_ceil(max_chunks))

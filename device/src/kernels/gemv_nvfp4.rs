@@ -73,19 +73,24 @@ fn pow2_scale(amax: f32) -> (f32, f32) {
 }
 
 /// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
-/// the per-token inverse scales into the header.
+/// the per-token inverse scales into the header. One pass over global memory: the f32 values go
+/// to a raw area while their maximum is found, then are scaled and packed from shared memory.
 #[inline(always)]
 unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
     let pairs = nchunks * (TILE_K as u32 / 2);
     let k0 = chunk0 * TILE_K as u32;
+    let raw = smem.add(GEMV_SMEM_HEADER + p.m * nchunks * TILE_K as u32 * 2);
     for t in 0..p.m {
         let mut amax = 0.0f32;
         let mut i = tid;
         while i < pairs {
             let (a, b) = load_pair(p, t, k0 + 2 * i);
             amax = max_nan(amax, max_nan(a.abs(), b.abs()));
+            let at = raw.add((t * pairs + i) * 8);
+            at.st_f32(a);
+            at.add(4).st_f32(b);
             i += GEMV_THREADS;
         }
         amax = warp_max(amax);
@@ -105,7 +110,8 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
         }
         let mut i = tid;
         while i < pairs {
-            let (a, b) = load_pair(p, t, k0 + 2 * i);
+            let at = raw.add((t * pairs + i) * 8);
+            let (a, b) = (at.ld_f32(), at.add(4).ld_f32());
             let lk = 2 * i;
             let (c, kk) = (lk / 64, lk % 64);
             let (j, r) = (kk / 16, kk % 16);
