@@ -5,15 +5,16 @@
 //! Timing: GPU events around `iters` back-to-back calls on one stream (criterion `iter_custom`).
 //! A summary table (µs, effective weight GB/s, ratio to cuBLAS) goes to stdout and to
 //! `$DENSEFFN_BENCH_OUT` (default `target/bench-decode.md`). Without a GPU it says so and exits.
+mod common;
+use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use cudarc::cublas::{result as blas, sys as bsys};
-use denseffn::backend::{CudaBackend, DevicePtr, GpuBackend};
+use cudarc::cublas::result as blas;
+use denseffn::backend::{CudaBackend, GpuBackend};
 use denseffn::buffer::DeviceBuffer;
 use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, ForwardContext};
 use denseffn::pack::{random_activations, Nvfp4Host};
 use rand::rngs::SmallRng;
-use rand::{RngCore, SeedableRng};
-use std::ffi::c_void;
+use rand::SeedableRng;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,72 +23,6 @@ const SHAPES: &[(&str, usize, usize)] = &[
     ("qwen3-32b", 5120, 25600),
     ("llama3-70b", 8192, 28672),
 ];
-
-/// Seconds per call of `f`, from GPU events around `iters` calls.
-fn gpu_time(gpu: &dyn GpuBackend, iters: u64, mut f: impl FnMut()) -> Duration {
-    let a = gpu.record_event(0).unwrap();
-    for _ in 0..iters {
-        f();
-    }
-    let b = gpu.record_event(0).unwrap();
-    Duration::from_secs_f64(gpu.elapsed_ms(a, b).unwrap() as f64 * 1e-3)
-}
-
-/// Median of `reps` timings of `iters` calls each, µs per call.
-fn median_us(gpu: &dyn GpuBackend, reps: usize, iters: u64, mut f: impl FnMut()) -> f64 {
-    let mut v: Vec<f64> = (0..reps)
-        .map(|_| gpu_time(gpu, iters, &mut f).as_secs_f64() * 1e6 / iters as f64)
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[reps / 2]
-}
-
-struct Cublas {
-    handle: bsys::cublasHandle_t,
-}
-
-impl Cublas {
-    /// `y[ntok][out] = W[out][inp] · x[ntok][inp]`, all bf16, f32 compute.
-    fn gemm(&self, w: DevicePtr, x: DevicePtr, y: DevicePtr, out: usize, inp: usize, ntok: usize) {
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        // SAFETY: all pointers are live device allocations of the sizes the dimensions imply.
-        unsafe {
-            blas::gemm_ex(
-                self.handle,
-                bsys::cublasOperation_t::CUBLAS_OP_T,
-                bsys::cublasOperation_t::CUBLAS_OP_N,
-                out as i32,
-                ntok as i32,
-                inp as i32,
-                &alpha as *const f32 as *const c_void,
-                w.0 as *const c_void,
-                bsys::cudaDataType::CUDA_R_16BF,
-                inp as i32,
-                x.0 as *const c_void,
-                bsys::cudaDataType::CUDA_R_16BF,
-                inp as i32,
-                &beta as *const f32 as *const c_void,
-                y.0 as *mut c_void,
-                bsys::cudaDataType::CUDA_R_16BF,
-                out as i32,
-                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-            .expect("cublasGemmEx");
-        }
-    }
-}
-
-fn random_bf16(gpu: &Arc<dyn GpuBackend>, n: usize, rng: &mut SmallRng) -> DeviceBuffer {
-    let mut b = vec![0u8; n * 2];
-    rng.fill_bytes(&mut b);
-    // Finite values of magnitude 2^-7..2^-6 with random signs and mantissas.
-    for c in b.chunks_exact_mut(2) {
-        let v = (u16::from_le_bytes([c[0], c[1]]) & 0x807F) | 0x3C00;
-        c.copy_from_slice(&v.to_le_bytes());
-    }
-    DeviceBuffer::from_bytes(gpu, &b).unwrap()
-}
 
 fn bench(c: &mut Criterion) {
     let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {

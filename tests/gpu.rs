@@ -132,3 +132,60 @@ fn verify_paths_match_cpu_reference() {
         }
     }
 }
+
+#[test]
+fn prefill_matches_cpu_reference_on_sampled_tokens() {
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    const NS: &[usize] = &[1, 7, 64, 511, 512, 4096];
+    for &(h, i) in &[(4096usize, 14336usize), (5120, 25600)] {
+        let host = HostLayer::random(h, i, (3 * h + i) as u64);
+        let x = activations(4096 * h, 91);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let (cl, gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            let mut cc = ForwardContext::new(&cl, 8).unwrap();
+            let mut gc = ForwardContext::new(&gl, 4096).unwrap();
+            let gx = upload_bf16(&gpu, &x);
+            let mut worst = 0.0f64;
+            for &n in NS {
+                gpu.memset(gc.output(), 0xFF, 4096 * h * 2).unwrap();
+                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
+                let got = download_bf16(&gpu, y, 4096 * h);
+                assert!(
+                    got[..n * h].iter().all(|v| v.is_finite()),
+                    "({h},{i}) {act:?} N={n}: unwritten outputs"
+                );
+                assert!(
+                    got[n * h..].iter().all(|v| v.is_nan()),
+                    "({h},{i}) {act:?} N={n}: wrote past the last token"
+                );
+                let mut sample: Vec<usize> =
+                    vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
+                sample.retain(|&t| t < n);
+                sample.sort();
+                sample.dedup();
+                let xs: Vec<f32> = sample
+                    .iter()
+                    .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+                    .collect();
+                let want = download_bf16(
+                    &cpu,
+                    cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
+                        .unwrap(),
+                    sample.len() * h,
+                );
+                let got_s: Vec<f64> = sample
+                    .iter()
+                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+                    .collect();
+                let e = rel_l2(&got_s, &want);
+                worst = worst.max(e);
+                assert!(
+                    e <= 1e-2,
+                    "({h},{i}) {act:?} N={n}: rel L2 {e} on tokens {sample:?}"
+                );
+            }
+            eprintln!("({h}, {i}) {act:?}: forward_prefill N={NS:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
+        }
+    }
+}

@@ -129,3 +129,45 @@ pub struct ElementwiseParams {
 
 // SAFETY: repr(C), 3 u64 + 2 u32: no padding.
 unsafe impl ParamBlock for ElementwiseParams {}
+
+/// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
+/// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With
+/// `w1 != 0` (gate+up) the epilogue writes `act(gate)·up` instead (`act`: 1 SiLU, 2 GELU-tanh).
+/// Grid: (`ceil(n / 128)`, `ceil(tokens / 64)`); block: 256 threads; shared memory
+/// [`GEMM_SMEM_BYTES`]. Weights in the tiled layout (`formats::nvfp4`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GemmParams {
+    /// Tiled codes of projection 0.
+    pub w0: u64,
+    /// Tiled scales of projection 0.
+    pub s0: u64,
+    /// Tiled codes of projection 1 (0: single projection).
+    pub w1: u64,
+    /// Tiled scales of projection 1.
+    pub s1: u64,
+    /// Input, bf16 `[tokens][k]`.
+    pub x: u64,
+    /// Output, bf16 `[tokens][n]`.
+    pub out: u64,
+    /// Global scale of projection 0.
+    pub gscale0: f32,
+    /// Global scale of projection 1.
+    pub gscale1: f32,
+    /// Output rows (multiple of 16).
+    pub n: u32,
+    /// Reduction length (multiple of 64).
+    pub k: u32,
+    /// Tokens (≥ 1).
+    pub tokens: u32,
+    /// Epilogue activation for the dual kernel: 1 SiLU, 2 GELU-tanh.
+    pub act: u32,
+}
+
+// SAFETY: repr(C), 6 u64 then 6 four-byte fields: no padding.
+unsafe impl ParamBlock for GemmParams {}
+
+/// Tokens per block of the prefill GEMM.
+pub const GEMM_TOKENS_PER_BLOCK: u32 = 64;
+/// Shared memory of one prefill GEMM block: two 64-token × 64-column bf16 buffers.
+pub const GEMM_SMEM_BYTES: u32 = 2 * 64 * 64 * 2;

@@ -5,7 +5,7 @@ use super::cpu::Memory;
 use super::Launch;
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
-use denseffn_device::params::{source, ElementwiseParams, GemvParams, ParamBlock};
+use denseffn_device::params::{source, ElementwiseParams, GemmParams, GemvParams, ParamBlock};
 use half::bf16;
 
 /// Kernels the CPU backend can execute.
@@ -21,11 +21,14 @@ pub(crate) const KERNELS: &[&str] = &[
     "gemv_batch8_nvfp4",
     "gelu_mul",
     "silu_mul",
+    "gemm_nvfp4_t_gate_up_act",
+    "gemm_nvfp4_t_down",
 ];
 
 pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
     match l.kernel {
         k if k.starts_with("gemv_") => gemv(mem, &params(l)?),
+        k if k.starts_with("gemm_") => gemm(mem, &params(l)?),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "silu_mul" => elementwise(mem, &params(l)?, silu),
         other => Err(Error::MissingKernel(other.into())),
@@ -195,4 +198,41 @@ fn gemv_tiled(
         }
     }
     y
+}
+
+/// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out); with two projections
+/// `act(gate)·up`, rounded to bf16 as the GPU epilogue does.
+fn gemm(mem: &mut Memory, p: &GemmParams) -> Result<()> {
+    let (n, k, t) = (p.n as usize, p.k as usize, p.tokens as usize);
+    if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || t == 0 {
+        return Err(Error::Invalid(format!("gemm: n={n} k={k} tokens={t}")));
+    }
+    let raw: Vec<u16> = bytemuck::allocation::pod_collect_to_vec(mem.read(p.x, t * k * 2)?);
+    let x: Vec<f64> = raw
+        .into_iter()
+        .map(|b| bf16::from_bits(b).to_f64())
+        .collect();
+    let proj = |mem: &Memory, w: u64, s: u64, g: f32| -> Result<Vec<f64>> {
+        Ok(gemv_tiled(
+            mem.read(w, n * k / 2)?,
+            mem.read(s, n * k / nvfp4::GROUP)?,
+            g,
+            n,
+            k,
+            t,
+            &x,
+        ))
+    };
+    let mut y = proj(mem, p.w0, p.s0, p.gscale0)?;
+    if p.w1 != 0 {
+        let u = proj(mem, p.w1, p.s1, p.gscale1)?;
+        let f = if p.act == 2 { gelu_tanh } else { silu };
+        for (a, u) in y.iter_mut().zip(u) {
+            *a = f(*a) * u;
+        }
+    }
+    let b: Vec<u16> = y.iter().map(|&v| bf16::from_f64(v).to_bits()).collect();
+    mem.write(p.out, t * n * 2)?
+        .copy_from_slice(bytemuck::cast_slice(&b));
+    Ok(())
 }

@@ -11,7 +11,8 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// Scratch and output buffers for one caller of a layer. Two contexts may run the same layer at
 /// once on two streams; one context must not be used by two streams at once (`&mut` enforces it).
 ///
-/// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; split-K
+/// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
+/// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them).
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
@@ -21,6 +22,7 @@ pub struct ForwardContext {
     pub(crate) u: DeviceBuffer,
     pub(crate) a: DeviceBuffer,
     pub(crate) out: DeviceBuffer,
+    pub(crate) prefill_act: DeviceBuffer,
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
 }
@@ -54,6 +56,7 @@ impl ForwardContext {
             u: DeviceBuffer::alloc(gpu, act)?,
             a: DeviceBuffer::alloc(gpu, act)?,
             out: DeviceBuffer::alloc(gpu, max_tokens.max(MAX_GEMV_TOKENS) * h * 2)?,
+            prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
         })

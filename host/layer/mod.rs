@@ -2,9 +2,11 @@
 //! choice of kernels per call.
 mod context;
 pub mod plan;
+mod prefill;
 mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
+pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
 use crate::backend::{DevicePtr, GpuBackend, Launch};

@@ -31,9 +31,10 @@ impl Nvfp4Weight {
 /// intermediate]`.
 ///
 /// Decode copies are in the tiled layout (`denseffn_device::formats::nvfp4`: 16×64 tiles in
-/// `mma` fragment order). The `_t` copies keep the ModelOpt layout (rows of K-contiguous codes
-/// and per-16 scales), the layout the prefill tile GEMM streams through shared memory; they
-/// are what the finalize paths free, hence `Option`.
+/// `mma` fragment order). The `_t` copies are what the prefill GEMM (`gemm_nvfp4_t_*`) reads:
+/// today the same tiled layout — the layout that GEMM wants, A-fragments loaded straight from
+/// global memory — kept as separate buffers so the finalize paths can free them (hence
+/// `Option`) and a prefill-specific order can replace them without touching decode.
 #[derive(Debug)]
 pub struct DenseFfnWeights {
     /// Model width.
@@ -87,24 +88,15 @@ impl DenseFfnWeights {
                 global: w.global,
             })
         };
-        let plain = |w: &Nvfp4Host| -> Result<Nvfp4Weight> {
-            Ok(Nvfp4Weight {
-                rows: w.rows,
-                cols: w.cols,
-                codes: DeviceBuffer::from_bytes(gpu, &w.codes)?,
-                scales: DeviceBuffer::from_bytes(gpu, &w.scales)?,
-                global: w.global,
-            })
-        };
         Ok(DenseFfnWeights {
             hidden,
             intermediate: inter,
             gate: tiled("gate", gate)?,
             up: tiled("up", up)?,
             down: tiled("down", down)?,
-            gate_t: Some(plain(gate)?),
-            up_t: Some(plain(up)?),
-            down_t: Some(plain(down)?),
+            gate_t: Some(tiled("gate_t", gate)?),
+            up_t: Some(tiled("up_t", up)?),
+            down_t: Some(tiled("down_t", down)?),
         })
     }
 

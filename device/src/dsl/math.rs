@@ -89,3 +89,17 @@ pub fn prmt(a: u32, b: u32, s: u32) -> u32 {
     };
     r
 }
+
+/// Packed f16x2 to packed bf16x2 (through f32: exact for values bf16 can hold).
+#[inline(always)]
+pub fn f16x2_to_bf16x2(h: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!(
+            "{{ .reg .b16 lo, hi; .reg .f32 flo, fhi; mov.b32 {{lo, hi}}, {h}; cvt.f32.f16 flo, lo; cvt.f32.f16 fhi, hi; cvt.rn.bf16x2.f32 {r}, fhi, flo; }}",
+            r = out(reg32) r, h = in(reg32) h, options(nostack, pure, nomem)
+        )
+    };
+    r
+}

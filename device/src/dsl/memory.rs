@@ -104,6 +104,17 @@ impl Smem {
         v
     }
 
+    /// Loads 8 bytes.
+    ///
+    /// # Safety
+    /// As [`Smem::st_u32`], 8-byte aligned.
+    #[inline(always)]
+    pub unsafe fn ld_v2(self) -> [u32; 2] {
+        let (a, b);
+        asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) self.0, options(nostack, readonly));
+        [a, b]
+    }
+
     /// Loads 16 bytes.
     ///
     /// # Safety

@@ -25,3 +25,22 @@ pub fn mma_f16_f32(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     d = [d0, d1, d2, d3];
     d
 }
+
+/// `D = A·B + C` for one `m16n8k16` tile with bf16 A and B (same fragment layouts as
+/// [`mma_f16_f32`]).
+#[inline(always)]
+pub fn mma_bf16_f32(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let (d0, d1, d2, d3);
+    // SAFETY: as mma_f16_f32; not `pure`, so never sunk into a divergent branch.
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+            d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+            a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+            b0 = in(reg32) b[0], b1 = in(reg32) b[1],
+            c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+            options(nostack, nomem)
+        );
+    }
+    [d0, d1, d2, d3]
+}

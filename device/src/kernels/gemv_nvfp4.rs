@@ -128,7 +128,7 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
 
 /// The f16 A-fragments of one 16-column step from a tiled code word and the scale pair.
 #[inline(always)]
-fn fragments(w: u32, sc: [u32; 2], j: u32) -> [u32; 4] {
+pub(crate) fn fragments(w: u32, sc: [u32; 2], j: u32) -> [u32; 4] {
     let pw = w & 0x9C9C_9C9C;
     let qw = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
     let sp = e4m3x2_to_f16x2(prmt(sc[0], sc[1], j | ((4 + j) << 4)));

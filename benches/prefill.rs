@@ -1,0 +1,106 @@
+//! Prefill `forward_prefill` on the H200 beside a cuBLAS bf16 FFN (gate+up one GEMM, then down;
+//! activation left out of the anchor) measured in the same run. TFLOP/s counts `2·N·3·h·i`.
+//! Table to stdout and `$DENSEFFN_BENCH_OUT` (default `target/bench-prefill.md`).
+mod common;
+use common::*;
+use criterion::{criterion_group, criterion_main, Criterion};
+use cudarc::cublas::result as blas;
+use denseffn::backend::{CudaBackend, GpuBackend};
+use denseffn::buffer::DeviceBuffer;
+use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, ForwardContext};
+use denseffn::pack::Nvfp4Host;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SHAPES: &[(&str, usize, usize)] = &[("llama3-8b", 4096, 14336), ("llama3-70b", 8192, 28672)];
+const NS: &[usize] = &[512, 4096];
+
+fn bench(c: &mut Criterion) {
+    let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            println!("prefill bench skipped: {e}");
+            return;
+        }
+    };
+    let cublas = match blas::create_handle() {
+        Ok(h) => Cublas { handle: h },
+        Err(e) => {
+            println!("prefill bench skipped: cuBLAS unavailable: {e:?}");
+            return;
+        }
+    };
+    let mut rng = SmallRng::seed_from_u64(2);
+    let mut rows = Vec::new();
+    let mut group = c.benchmark_group("prefill");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(1));
+    for &(name, h, i) in SHAPES {
+        let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
+        let gate = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
+        let up = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
+        let down = Nvfp4Host::random(h, i, ds, &mut rng).unwrap();
+        let layer = DenseFfnLayer::new(
+            DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(),
+            gpu.clone(),
+        )
+        .unwrap();
+        drop((gate, up, down));
+        let nmax = *NS.iter().max().unwrap();
+        let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
+        let x = random_bf16(&gpu, nmax * h, &mut rng);
+        let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
+        let wd = random_bf16(&gpu, h * i, &mut rng);
+        let gu: DeviceBuffer = random_bf16(&gpu, nmax * 2 * i, &mut rng);
+        let y = random_bf16(&gpu, nmax * h, &mut rng);
+        for &n in NS {
+            group.bench_function(format!("nvfp4_t_m128/{name}/N={n}"), |b| {
+                b.iter_custom(|iters| {
+                    gpu_time(&*gpu, iters, || {
+                        layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
+                    })
+                })
+            });
+            let ours = median_us(&*gpu, 5, 3, || {
+                layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
+            });
+            let anchor = || {
+                cublas.gemm(wgu.ptr(), x.ptr(), gu.ptr(), 2 * i, h, n);
+                cublas.gemm(wd.ptr(), gu.ptr(), y.ptr(), h, i, n);
+            };
+            let theirs = median_us(&*gpu, 5, 3, anchor);
+            let flop = 2.0 * n as f64 * 3.0 * h as f64 * i as f64;
+            rows.push(format!(
+                "| {name} | {n} | {ours:.0} | {:.0} | {theirs:.0} | {:.0} | {:.2} |",
+                flop / ours / 1e6,
+                flop / theirs / 1e6,
+                theirs / ours
+            ));
+        }
+    }
+    group.finish();
+    // SAFETY: the handle was created above and is not used after this.
+    unsafe { blas::destroy_handle(cublas.handle).ok() };
+    let mut md = format!(
+        "Device: {}. Prefill forward_prefill (arm nvfp4_t_m128, SiLU) vs a cuBLAS bf16 FFN, same run.\n\n\
+         | model | N | NVFP4 µs | NVFP4 TFLOP/s | cuBLAS µs | cuBLAS TFLOP/s | ratio to cuBLAS |\n|---|---|---|---|---|---|---|\n",
+        gpu.device_name()
+    );
+    for r in &rows {
+        md.push_str(r);
+        md.push('\n');
+    }
+    println!("\n{md}");
+    let path =
+        std::env::var("DENSEFFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-prefill.md".into());
+    if let Err(e) = std::fs::write(&path, &md) {
+        println!("could not write {path}: {e}");
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,156 @@
+//! `forward_prefill`: the prefill dispatcher. One table picks the arm from the layer's state;
+//! every call is timed with GPU events and logged as `FFN prefill [<arm>] N=<n>: <us>µs`
+//! (target `denseffn::prefill`, level INFO) so per-phase logs can be summed.
+//!
+//! | priority | arm | runs when | kernels |
+//! |---|---|---|---|
+//! | 1 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
+//! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
+use super::{DenseFfnLayer, FfnActivation, ForwardContext, Nvfp4Weight};
+use crate::backend::{DevicePtr, Launch};
+use crate::error::{Error, Result};
+use denseffn_device::params::{
+    GemmParams, ParamBlock, GEMM_SMEM_BYTES, GEMM_TOKENS_PER_BLOCK, GEMV_ROWS_PER_BLOCK,
+};
+
+/// The log target of the prefill timers.
+pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
+
+/// A prefill arm: one way of running the whole prefill FFN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillArm {
+    /// bf16 tensor-core GEMM over the NVFP4 `_t` copies, dequantized per 16 columns in
+    /// registers; gate and up in one pass with the activation fused; 2 launches.
+    Nvfp4TM128,
+}
+
+impl PrefillArm {
+    /// The name in logs and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefillArm::Nvfp4TM128 => "nvfp4_t_m128",
+        }
+    }
+
+    /// The kernels the arm launches, in order.
+    pub fn kernels(self) -> &'static [&'static str] {
+        match self {
+            PrefillArm::Nvfp4TM128 => &["gemm_nvfp4_t_gate_up_act", "gemm_nvfp4_t_down"],
+        }
+    }
+}
+
+impl DenseFfnLayer {
+    /// The arm [`DenseFfnLayer::forward_prefill`] would run now (the dispatch table above).
+    pub fn prefill_arm(&self) -> Result<PrefillArm> {
+        let w = self.weights();
+        if w.gate_t.is_some() && w.up_t.is_some() && w.down_t.is_some() {
+            return Ok(PrefillArm::Nvfp4TM128);
+        }
+        Err(Error::Unsupported("prefill: no arm fits this layer (the NVFP4 `_t` copies were freed and no other prefill weights are installed)".into()))
+    }
+
+    /// `num_tokens` tokens (bf16 `[num_tokens][hidden]`, 1 ≤ n ≤ the context's `max_tokens`)
+    /// through the arm the dispatch table picks; bf16 `[num_tokens][hidden]` out. Logs one
+    /// `FFN prefill [<arm>] N=<n>: <us>µs` line per call when INFO is enabled for
+    /// [`PREFILL_LOG_TARGET`] (the GPU-event timing waits for the call to finish).
+    pub fn forward_prefill(
+        &self,
+        input: DevicePtr,
+        num_tokens: usize,
+        ctx: &mut ForwardContext,
+        stream: u64,
+    ) -> Result<DevicePtr> {
+        self.check_ctx(ctx)?;
+        if num_tokens == 0 || num_tokens > ctx.max_tokens {
+            return Err(Error::Invalid(format!(
+                "forward_prefill: {num_tokens} tokens, the context holds 1..={}",
+                ctx.max_tokens
+            )));
+        }
+        self.check_input(input, num_tokens)?;
+        let arm = self.prefill_arm()?;
+        self.require(arm.kernels())?;
+        let timed = tracing::enabled!(target: PREFILL_LOG_TARGET, tracing::Level::INFO);
+        let start = if timed {
+            Some(self.gpu().record_event(stream)?)
+        } else {
+            None
+        };
+        match arm {
+            PrefillArm::Nvfp4TM128 => self.prefill_nvfp4_t(input, num_tokens, ctx, stream)?,
+        }
+        if let Some(start) = start {
+            let end = self.gpu().record_event(stream)?;
+            let us = self.gpu().elapsed_ms(start, end)? as f64 * 1e3;
+            tracing::info!(target: PREFILL_LOG_TARGET, "FFN prefill [{}] N={}: {:.1}µs", arm.name(), num_tokens, us);
+        }
+        Ok(ctx.out.ptr())
+    }
+
+    fn prefill_nvfp4_t(
+        &self,
+        input: DevicePtr,
+        n: usize,
+        ctx: &ForwardContext,
+        stream: u64,
+    ) -> Result<()> {
+        let w = self.weights();
+        let missing = || Error::Unsupported("prefill: `_t` copies missing".into());
+        let (gate, up, down) = (
+            w.gate_t.as_ref().ok_or_else(missing)?,
+            w.up_t.as_ref().ok_or_else(missing)?,
+            w.down_t.as_ref().ok_or_else(missing)?,
+        );
+        let act = match self.activation() {
+            FfnActivation::Silu => 1,
+            FfnActivation::Gelu => 2,
+        };
+        let kernels = PrefillArm::Nvfp4TM128.kernels();
+        let gu = GemmParams {
+            w1: up.codes.ptr().0,
+            s1: up.scales.ptr().0,
+            gscale1: up.global,
+            act,
+            ..gemm_params(gate, input, ctx.prefill_act.ptr(), n)
+        };
+        self.launch_gemm(kernels[0], &gu, stream)?;
+        self.launch_gemm(
+            kernels[1],
+            &gemm_params(down, ctx.prefill_act.ptr(), ctx.out.ptr(), n),
+            stream,
+        )
+    }
+
+    fn launch_gemm(&self, kernel: &'static str, p: &GemmParams, stream: u64) -> Result<()> {
+        let grid = (
+            p.n.div_ceil(GEMV_ROWS_PER_BLOCK),
+            p.tokens.div_ceil(GEMM_TOKENS_PER_BLOCK),
+            1,
+        );
+        self.gpu().launch(
+            &Launch {
+                kernel,
+                grid,
+                block: (256, 1, 1),
+                smem: GEMM_SMEM_BYTES,
+                params: p.as_bytes(),
+            },
+            stream,
+        )
+    }
+}
+
+fn gemm_params(w: &Nvfp4Weight, x: DevicePtr, out: DevicePtr, tokens: usize) -> GemmParams {
+    GemmParams {
+        w0: w.codes.ptr().0,
+        s0: w.scales.ptr().0,
+        x: x.0,
+        out: out.0,
+        gscale0: w.global,
+        n: w.rows as u32,
+        k: w.cols as u32,
+        tokens: tokens as u32,
+        ..Default::default()
+    }
+}

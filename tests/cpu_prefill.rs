@@ -1,0 +1,125 @@
+//! forward_prefill on the CPU reference backend: numerics, the dispatch table, the timer lines.
+mod common;
+use common::*;
+use denseffn::backend::{CpuBackend, GpuBackend};
+use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext, PrefillArm};
+use denseffn::reference::rel_l2;
+use denseffn::Error;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+const H: usize = 192;
+const I: usize = 320;
+
+#[test]
+fn prefill_matches_reference_for_token_counts_with_tails() {
+    let host = HostLayer::quantized(H, I, 31);
+    let x = activations(130 * H, 37);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let want = host.reference(&x, act);
+        let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+        let layer = host.layer(&gpu, act);
+        assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
+        let mut ctx = ForwardContext::new(&layer, 130).unwrap();
+        let xs = upload_bf16(&gpu, &x);
+        for n in [1usize, 7, 64, 65, 130] {
+            gpu.memset(ctx.output(), 0xFF, 130 * H * 2).unwrap();
+            let before = gpu.launch_count();
+            let got = download_bf16(
+                &gpu,
+                layer.forward_prefill(xs, n, &mut ctx, 0).unwrap(),
+                130 * H,
+            );
+            assert_eq!(gpu.launch_count() - before, 2);
+            let err = rel_l2(&got[..n * H], &want[..n * H]);
+            assert!(err < 1e-2, "{act:?} N={n}: rel L2 {err}");
+            // Nothing past the last token is written (still the 0xFFFF poison, a NaN).
+            assert!(
+                got[n * H..].iter().all(|v| v.is_nan()),
+                "{act:?} N={n}: wrote past the end"
+            );
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_prefill_call_logs_exactly_one_timer_line() {
+    let host = HostLayer::quantized(H, I, 5);
+    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+    let xs = upload_bf16(&gpu, &activations(64 * H, 1));
+    let cap = Capture::default();
+    let writer = cap.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(sub, || {
+        for n in [1usize, 7, 64] {
+            layer.forward_prefill(xs, n, &mut ctx, 0).unwrap();
+        }
+    });
+    let log = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("FFN prefill")).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    for (line, n) in lines.iter().zip([1, 7, 64]) {
+        let tail = &line[line.find("FFN prefill").unwrap()..];
+        let prefix = format!("FFN prefill [nvfp4_t_m128] N={n}: ");
+        assert!(tail.starts_with(&prefix), "{tail}");
+        let us: f64 = tail[prefix.len()..].trim_end_matches("µs").parse().unwrap();
+        assert!(us >= 0.0 && tail.ends_with("µs"), "{tail}");
+    }
+}
+
+#[test]
+fn prefill_errors_are_clear() {
+    let host = HostLayer::quantized(H, I, 5);
+    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+    let xs = upload_bf16(&gpu, &activations(8 * H, 1));
+    assert!(matches!(
+        layer.forward_prefill(xs, 0, &mut ctx, 0),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        layer.forward_prefill(xs, 9, &mut ctx, 0),
+        Err(Error::Invalid(_))
+    ));
+
+    // No `_t` copies: the table has no arm, and says why.
+    let mut w = DenseFfnWeights::upload(&gpu, &host.gate, &host.up, &host.down).unwrap();
+    w.up_t = None;
+    let layer = DenseFfnLayer::new(w, gpu.clone()).unwrap();
+    let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+    assert!(
+        matches!(layer.forward_prefill(xs, 4, &mut ctx, 0), Err(Error::Unsupported(ref s)) if s.contains("_t"))
+    );
+
+    // A module without the arm's down kernel: named, nothing launched.
+    let gpu: Arc<dyn GpuBackend> =
+        Arc::new(CpuBackend::new().without_kernels(&["gemm_nvfp4_t_down"]));
+    let layer = host.layer(&gpu, FfnActivation::Gelu);
+    let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+    let xs = upload_bf16(&gpu, &activations(8 * H, 1));
+    match layer.forward_prefill(xs, 8, &mut ctx, 0) {
+        Err(Error::MissingKernel(k)) => assert_eq!(k, "gemm_nvfp4_t_down"),
+        other => panic!("expected MissingKernel, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(gpu.launch_count(), 0);
+}
