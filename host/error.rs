@@ -31,7 +31,12 @@ pub enum Error {
     /// An access outside any allocation (CPU backend) or a bad device pointer.
     #[error("bad device access: {0}")]
     BadAccess(String),
+    /// A checkpoint that cannot be read: a missing or unreadable file, a truncated file or a
+    /// corrupt header, a bad shard index, a missing tensor or one of the wrong dtype (names the
+    /// file or tensor).
+    #[error("cannot load weights: {0}")]
+    Load(String),
 }
 
-/// `Result` with [`Error`].
+/// `Result` with [`Error`](enum@Error).
 pub type Result<T> = std::result::Result<T, Error>;

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod buffer;
 pub mod error;
 pub mod layer;
+pub mod load;
 pub mod pack;
 pub mod reference;
 

@@ -1,5 +1,6 @@
-//! `denseffn`: run the FFN paths of a layer on the best backend present and check them against
-//! the CPU reference and an f64 computation.
+//! `denseffn`: run the FFN paths of a layer (synthetic, or one loaded from a ModelOpt NVFP4
+//! safetensors checkpoint) on the best backend present and check them against the CPU reference
+//! and an f64 computation; list a checkpoint's FFN tensors.
 use clap::{Parser, Subcommand, ValueEnum};
 use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
 use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext};
@@ -8,6 +9,7 @@ use denseffn::reference::{ffn_f64, rel_l2};
 use half::bf16;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Parser)]
@@ -37,8 +39,9 @@ enum ActArg {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build a layer (a deterministic synthetic NVFP4 layer), run every path it supports, check
-    /// each against the references and print a table.
+    /// Build a layer (a deterministic synthetic NVFP4 layer, or with --model one layer of a
+    /// checkpoint), run every path it supports, check each against the references and print a
+    /// table.
     Run {
         #[arg(long, value_enum, default_value = "auto")]
         backend: BackendArg,
@@ -48,18 +51,38 @@ enum Cmd {
         /// FFN width of the synthetic layer.
         #[arg(long, default_value_t = 5632)]
         intermediate: usize,
+        /// Load the layer from this ModelOpt NVFP4 safetensors checkpoint (a .safetensors file,
+        /// a model.safetensors.index.json, or a model directory) instead of making one; its
+        /// shapes replace --hidden/--intermediate.
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["hidden", "intermediate"])]
+        model: Option<PathBuf>,
+        /// Which layer of --model to load.
+        #[arg(long, value_name = "N", requires = "model")]
+        layer: Option<usize>,
         #[arg(long, value_enum, default_value = "silu")]
         activation: ActArg,
         /// Tokens for forward_batched.
         #[arg(long, default_value_t = 4)]
         tokens: usize,
-        /// Seed of the synthetic weights and inputs.
+        /// Seed of the synthetic weights and of the inputs.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Print the table as JSON.
         #[arg(long)]
         json: bool,
     },
+    /// List the FFN tensors (model.layers.N.mlp.*) of a safetensors checkpoint: one row per
+    /// tensor (dtype, shape, bytes), then one per layer (format, logical shapes, bytes).
+    Inspect {
+        /// A .safetensors file, a model.safetensors.index.json, or a model directory.
+        path: PathBuf,
+    },
+}
+
+/// Where the layer's weights come from.
+enum Source {
+    Synthetic { hidden: usize, intermediate: usize },
+    Model { path: PathBuf, layer: usize },
 }
 
 struct Row {
@@ -82,19 +105,26 @@ fn main() {
             backend,
             hidden,
             intermediate,
+            model,
+            layer,
             activation,
             tokens,
             seed,
             json,
-        } => run(
-            backend,
-            hidden,
-            intermediate,
-            activation,
-            tokens,
-            seed,
-            json,
-        ),
+        } => {
+            let source = match model {
+                Some(path) => Source::Model {
+                    path,
+                    layer: layer.unwrap_or(0),
+                },
+                None => Source::Synthetic {
+                    hidden,
+                    intermediate,
+                },
+            };
+            run(backend, source, activation, tokens, seed, json)
+        }
+        Cmd::Inspect { path } => inspect(&path),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -104,8 +134,7 @@ fn main() {
 
 fn run(
     backend: BackendArg,
-    h: usize,
-    i: usize,
+    source: Source,
     act: ActArg,
     tokens: usize,
     seed: u64,
@@ -127,16 +156,36 @@ fn run(
         }
     };
     let reference: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (gate, up, down, what) = match &source {
+        Source::Synthetic {
+            hidden: h,
+            intermediate: i,
+        } => {
+            let (h, i) = (*h, *i);
+            let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
+            let gate = Nvfp4Host::random(i, h, gs, &mut rng)?;
+            let up = Nvfp4Host::random(i, h, gs, &mut rng)?;
+            let down = Nvfp4Host::random(h, i, ds, &mut rng)?;
+            (gate, up, down, format!("synthetic NVFP4 {h}×{i}"))
+        }
+        Source::Model { path, layer } => {
+            let (gate, up, down) = denseffn::load::load_nvfp4_layer(path, *layer)?;
+            let what = format!(
+                "NVFP4 layer {layer} of {} ({}×{})",
+                path.display(),
+                gate.cols,
+                gate.rows
+            );
+            (gate, up, down, what)
+        }
+    };
+    let (h, i) = (gate.cols, gate.rows);
     eprintln!(
-        "layer: synthetic NVFP4 {h}×{i}, {act:?}, seed {seed}; backend {} ({})",
+        "layer: {what}, {act:?}, seed {seed}; backend {} ({})",
         gpu.name(),
         gpu.device_name()
     );
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
-    let gate = Nvfp4Host::random(i, h, gs, &mut rng)?;
-    let up = Nvfp4Host::random(i, h, gs, &mut rng)?;
-    let down = Nvfp4Host::random(h, i, ds, &mut rng)?;
     let x = random_activations(tokens.max(1) * h, &mut rng);
     let want = ffn_f64(
         &gate.dequantize(),
@@ -242,4 +291,80 @@ fn print_rows(rows: &[Row], backend: &str, json: bool) {
             r.path, r.launches, r.us, r.gbs, r.err_ref, r.err_f64
         );
     }
+}
+
+/// `denseffn inspect PATH`: the FFN tensors of a checkpoint, then a summary per layer.
+fn inspect(path: &Path) -> denseffn::Result<()> {
+    let list = denseffn::load::inspect(path)?;
+    if list.is_empty() {
+        println!("{}: no FFN tensors (model.layers.N.mlp.*)", path.display());
+        return Ok(());
+    }
+    let shape = |s: &[usize]| {
+        let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+        format!("[{}]", dims.join(", "))
+    };
+    println!("| layer | tensor | dtype | shape | bytes |");
+    println!("|---|---|---|---|---|");
+    for t in &list {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            t.layer,
+            t.short_name(),
+            t.dtype,
+            shape(&t.shape),
+            t.bytes
+        );
+    }
+    println!();
+    println!("| layer | format | gate | up | down | bytes |");
+    println!("|---|---|---|---|---|---|");
+    let mut total = 0;
+    let mut layers = 0;
+    let mut start = 0;
+    while start < list.len() {
+        let layer = list[start].layer;
+        let end = start
+            + list[start..]
+                .iter()
+                .take_while(|t| t.layer == layer)
+                .count();
+        let tensors = &list[start..end];
+        let get = |n: &str| tensors.iter().find(|t| t.short_name() == n);
+        let nvfp4 = denseffn::load::safetensors::PROJECTIONS.iter().all(|p| {
+            get(&format!("{p}.weight")).is_some_and(|t| t.dtype == "U8" && t.shape.len() == 2)
+                && get(&format!("{p}.weight_scale")).is_some_and(|t| t.dtype == "F8_E4M3")
+                && get(&format!("{p}.weight_scale_2")).is_some_and(|t| t.dtype == "F32")
+        });
+        // Logical [out, in] of each projection (NVFP4 packs two values per byte).
+        let logical = |p: &str| match get(&format!("{p}.weight")) {
+            Some(t) if nvfp4 => format!("[{}, {}]", t.shape[0], t.shape[1] * 2),
+            Some(t) => shape(&t.shape),
+            None => "-".into(),
+        };
+        let format = if nvfp4 {
+            "NVFP4".to_string()
+        } else {
+            let mut d: Vec<&str> = tensors.iter().map(|t| t.dtype.as_str()).collect();
+            d.sort();
+            d.dedup();
+            format!("other ({})", d.join(", "))
+        };
+        let bytes: usize = tensors.iter().map(|t| t.bytes).sum();
+        println!(
+            "| {layer} | {format} | {} | {} | {} | {bytes} |",
+            logical("gate_proj"),
+            logical("up_proj"),
+            logical("down_proj")
+        );
+        total += bytes;
+        layers += 1;
+        start = end;
+    }
+    println!();
+    println!(
+        "{layers} layers with FFN tensors, {} tensors, {total} bytes",
+        list.len()
+    );
+    Ok(())
 }
