@@ -8,14 +8,11 @@
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use cudarc::cublas::result as blas;
-use denseffn::backend::{CudaBackend, GpuBackend};
 use denseffn::buffer::DeviceBuffer;
-use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, ForwardContext};
-use denseffn::pack::{random_activations, Nvfp4Host};
+use denseffn::layer::ForwardContext;
+use denseffn::pack::random_activations;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use std::sync::Arc;
 use std::time::Duration;
 
 const SHAPES: &[(&str, usize, usize)] = &[
@@ -25,20 +22,8 @@ const SHAPES: &[(&str, usize, usize)] = &[
 ];
 
 fn bench(c: &mut Criterion) {
-    let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {
-        Ok(g) => Arc::new(g),
-        Err(e) => {
-            println!("decode bench skipped: {e}");
-            return;
-        }
-    };
-    // SAFETY: creating a cuBLAS handle in the backend's (current) context.
-    let cublas = match blas::create_handle() {
-        Ok(h) => Cublas { handle: h },
-        Err(e) => {
-            println!("decode bench skipped: cuBLAS unavailable: {e:?}");
-            return;
-        }
+    let Some((gpu, cublas)) = setup("decode") else {
+        return;
     };
     let mut rng = SmallRng::seed_from_u64(1);
     let mut rows = Vec::new();
@@ -62,17 +47,7 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
     for &(name, h, i) in SHAPES {
-        let gs = 0.5 / (h as f32).sqrt();
-        let ds = 0.5 / (i as f32).sqrt();
-        let gate = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
-        let up = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
-        let down = Nvfp4Host::random(h, i, ds, &mut rng).unwrap();
-        let layer = DenseFfnLayer::new(
-            DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(),
-            gpu.clone(),
-        )
-        .unwrap();
-        drop((gate, up, down));
+        let layer = random_layer(&gpu, h, i, &mut rng);
         let mut ctx = ForwardContext::new(&layer, 8).unwrap();
         let xb: Vec<u8> = random_activations(8 * h, &mut rng)
             .iter()
@@ -140,8 +115,7 @@ fn bench(c: &mut Criterion) {
         ));
     }
     group.finish();
-    // SAFETY: the handle was created above and is not used after this.
-    unsafe { blas::destroy_handle(cublas.handle).ok() };
+    drop(cublas);
 
     let mut md = format!(
         "Device: {} ({} SMs). Copy (device to device, read+write): {copy_gbs:.0} GB/s.\n\n\

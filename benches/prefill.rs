@@ -4,33 +4,18 @@
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use cudarc::cublas::result as blas;
-use denseffn::backend::{CudaBackend, GpuBackend};
 use denseffn::buffer::DeviceBuffer;
-use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, ForwardContext};
-use denseffn::pack::Nvfp4Host;
+use denseffn::layer::ForwardContext;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use std::sync::Arc;
 use std::time::Duration;
 
 const SHAPES: &[(&str, usize, usize)] = &[("llama3-8b", 4096, 14336), ("llama3-70b", 8192, 28672)];
 const NS: &[usize] = &[512, 4096];
 
 fn bench(c: &mut Criterion) {
-    let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {
-        Ok(g) => Arc::new(g),
-        Err(e) => {
-            println!("prefill bench skipped: {e}");
-            return;
-        }
-    };
-    let cublas = match blas::create_handle() {
-        Ok(h) => Cublas { handle: h },
-        Err(e) => {
-            println!("prefill bench skipped: cuBLAS unavailable: {e:?}");
-            return;
-        }
+    let Some((gpu, cublas)) = setup("prefill") else {
+        return;
     };
     let mut rng = SmallRng::seed_from_u64(2);
     let mut rows = Vec::new();
@@ -40,16 +25,7 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_secs(1));
     for &(name, h, i) in SHAPES {
-        let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
-        let gate = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
-        let up = Nvfp4Host::random(i, h, gs, &mut rng).unwrap();
-        let down = Nvfp4Host::random(h, i, ds, &mut rng).unwrap();
-        let layer = DenseFfnLayer::new(
-            DenseFfnWeights::upload(&gpu, &gate, &up, &down).unwrap(),
-            gpu.clone(),
-        )
-        .unwrap();
-        drop((gate, up, down));
+        let layer = random_layer(&gpu, h, i, &mut rng);
         let nmax = *NS.iter().max().unwrap();
         let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
         let x = random_bf16(&gpu, nmax * h, &mut rng);
@@ -83,8 +59,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     group.finish();
-    // SAFETY: the handle was created above and is not used after this.
-    unsafe { blas::destroy_handle(cublas.handle).ok() };
+    drop(cublas);
     let mut md = format!(
         "Device: {}. Prefill forward_prefill (arm nvfp4_t_m128, SiLU) vs a cuBLAS bf16 FFN, same run.\n\n\
          | model | N | NVFP4 µs | NVFP4 TFLOP/s | cuBLAS µs | cuBLAS TFLOP/s | ratio to cuBLAS |\n|---|---|---|---|---|---|---|\n",

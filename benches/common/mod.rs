@@ -1,8 +1,10 @@
 //! Shared by the benches: GPU-event timing, the cuBLAS bf16 anchor, random bf16 buffers.
 #![allow(dead_code)]
 use cudarc::cublas::{result as blas, sys as bsys};
-use denseffn::backend::{DevicePtr, GpuBackend};
+use denseffn::backend::{CudaBackend, DevicePtr, GpuBackend};
 use denseffn::buffer::DeviceBuffer;
+use denseffn::layer::{DenseFfnLayer, DenseFfnWeights};
+use denseffn::pack::Nvfp4Host;
 use rand::rngs::SmallRng;
 use rand::RngCore;
 use std::ffi::c_void;
@@ -81,4 +83,47 @@ pub fn random_bf16(gpu: &Arc<dyn GpuBackend>, n: usize, rng: &mut SmallRng) -> D
         c.copy_from_slice(&v.to_le_bytes());
     }
     DeviceBuffer::from_bytes(gpu, &b).unwrap()
+}
+
+/// The GPU and a cuBLAS handle, or `None` (with the reason printed) when either is missing.
+pub fn setup(bench: &str) -> Option<(Arc<dyn GpuBackend>, Cublas)> {
+    let gpu: Arc<dyn GpuBackend> = match CudaBackend::new() {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            println!("{bench} bench skipped: {e}");
+            return None;
+        }
+    };
+    match blas::create_handle() {
+        Ok(h) => Some((gpu, Cublas { handle: h })),
+        Err(e) => {
+            println!("{bench} bench skipped: cuBLAS unavailable: {e:?}");
+            None
+        }
+    }
+}
+
+/// A random NVFP4 SiLU layer of `hidden × inter` on `gpu` (activations stay O(1)).
+pub fn random_layer(
+    gpu: &Arc<dyn GpuBackend>,
+    h: usize,
+    i: usize,
+    rng: &mut SmallRng,
+) -> DenseFfnLayer {
+    let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
+    let gate = Nvfp4Host::random(i, h, gs, rng).unwrap();
+    let up = Nvfp4Host::random(i, h, gs, rng).unwrap();
+    let down = Nvfp4Host::random(h, i, ds, rng).unwrap();
+    DenseFfnLayer::new(
+        DenseFfnWeights::upload(gpu, &gate, &up, &down).unwrap(),
+        gpu.clone(),
+    )
+    .unwrap()
+}
+
+impl Drop for Cublas {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by `setup` and is used by nobody after this.
+        unsafe { blas::destroy_handle(self.handle).ok() };
+    }
 }

@@ -150,14 +150,7 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         stream: u64,
     ) -> Result<DevicePtr> {
-        self.check_ctx(ctx)?;
-        if num_tokens == 0 || num_tokens > ctx.max_tokens {
-            return Err(Error::Invalid(format!(
-                "forward_batched: {num_tokens} tokens, the context holds 1..={}",
-                ctx.max_tokens
-            )));
-        }
-        self.check_input(input, num_tokens)?;
+        self.check_call("forward_batched", input, num_tokens, ctx)?;
         self.require(self.decode_kernels())?;
         let row = self.hidden() * 2;
         for t in 0..num_tokens {
@@ -407,6 +400,25 @@ impl DenseFfnLayer {
             )));
         }
         Ok(())
+    }
+
+    /// The checks of a multi-token call: the context fits the layer and holds `tokens` (≥ 1),
+    /// and the input buffer holds `tokens` rows.
+    fn check_call(
+        &self,
+        what: &str,
+        input: DevicePtr,
+        tokens: usize,
+        ctx: &ForwardContext,
+    ) -> Result<()> {
+        self.check_ctx(ctx)?;
+        if tokens == 0 || tokens > ctx.max_tokens {
+            return Err(Error::Invalid(format!(
+                "{what}: {tokens} tokens, the context holds 1..={}",
+                ctx.max_tokens
+            )));
+        }
+        self.check_input(input, tokens)
     }
 
     fn check_input(&self, input: DevicePtr, tokens: usize) -> Result<()> {

@@ -61,14 +61,7 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         stream: u64,
     ) -> Result<DevicePtr> {
-        self.check_ctx(ctx)?;
-        if num_tokens == 0 || num_tokens > ctx.max_tokens {
-            return Err(Error::Invalid(format!(
-                "forward_prefill: {num_tokens} tokens, the context holds 1..={}",
-                ctx.max_tokens
-            )));
-        }
-        self.check_input(input, num_tokens)?;
+        self.check_call("forward_prefill", input, num_tokens, ctx)?;
         let arm = self.prefill_arm()?;
         self.require(arm.kernels())?;
         let timed = tracing::enabled!(target: PREFILL_LOG_TARGET, tracing::Level::INFO);
