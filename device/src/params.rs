@@ -133,8 +133,8 @@ unsafe impl ParamBlock for ElementwiseParams {}
 /// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
 /// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With
 /// `w1 != 0` (gate+up) the epilogue writes `act(gate)·up` instead (`act`: 1 SiLU, 2 GELU-tanh).
-/// Grid: (`ceil(n / 128)`, `ceil(tokens / 64)`); block: 256 threads; shared memory
-/// [`GEMM_SMEM_BYTES`]. Weights in the tiled layout (`formats::nvfp4`).
+/// Grid: (`ceil(n / GEMM_ROWS_PER_BLOCK)`, `ceil(tokens / gemm_tokens_per_block(dual))`); block: 256
+/// threads; shared memory [`gemm_smem_bytes`]. Weights in the tiled layout (`formats::nvfp4`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GemmParams {
@@ -167,7 +167,21 @@ pub struct GemmParams {
 // SAFETY: repr(C), 6 u64 then 6 four-byte fields: no padding.
 unsafe impl ParamBlock for GemmParams {}
 
-/// Tokens per block of the prefill GEMM.
-pub const GEMM_TOKENS_PER_BLOCK: u32 = 64;
-/// Shared memory of one prefill GEMM block: two 64-token × 64-column bf16 buffers.
-pub const GEMM_SMEM_BYTES: u32 = 2 * 64 * 64 * 2;
+/// 16-row tiles per warp of the prefill GEMM (a block is 8 warps: `128·GEMM_RT` rows).
+pub const GEMM_RT: u32 = 2;
+/// Rows per block of the prefill GEMM.
+pub const GEMM_ROWS_PER_BLOCK: u32 = 8 * 16 * GEMM_RT;
+/// Column fragments (8 tokens each) per warp of the dual gate+up GEMM.
+pub const GEMM_DUAL_NF: u32 = 4;
+/// Column fragments per warp of the single-projection GEMM.
+pub const GEMM_SINGLE_NF: u32 = 8;
+
+/// Tokens per block of a prefill GEMM kernel (`dual`: the gate+up kernel).
+pub const fn gemm_tokens_per_block(dual: bool) -> u32 {
+    8 * if dual { GEMM_DUAL_NF } else { GEMM_SINGLE_NF }
+}
+
+/// Shared memory of one prefill GEMM block: two `tokens × 64`-column bf16 buffers.
+pub const fn gemm_smem_bytes(dual: bool) -> u32 {
+    2 * gemm_tokens_per_block(dual) * 64 * 2
+}

@@ -10,7 +10,7 @@ use super::{DenseFfnLayer, FfnActivation, ForwardContext, Nvfp4Weight};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::params::{
-    GemmParams, ParamBlock, GEMM_SMEM_BYTES, GEMM_TOKENS_PER_BLOCK, GEMV_ROWS_PER_BLOCK,
+    gemm_smem_bytes, gemm_tokens_per_block, GemmParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
 };
 
 /// The log target of the prefill timers.
@@ -116,17 +116,19 @@ impl DenseFfnLayer {
     }
 
     fn launch_gemm(&self, kernel: &'static str, p: &GemmParams, stream: u64) -> Result<()> {
+        let dual = p.w1 != 0;
         let grid = (
-            p.n.div_ceil(GEMV_ROWS_PER_BLOCK),
-            p.tokens.div_ceil(GEMM_TOKENS_PER_BLOCK),
+            p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
+            p.tokens.div_ceil(gemm_tokens_per_block(dual)),
             1,
         );
+        let smem = gemm_smem_bytes(dual);
         self.gpu().launch(
             &Launch {
                 kernel,
                 grid,
                 block: (256, 1, 1),
-                smem: GEMM_SMEM_BYTES,
+                smem,
                 params: p.as_bytes(),
             },
             stream,

@@ -1,7 +1,8 @@
 //! NVFP4 prefill GEMM on bf16 tensor cores: `Y[t] = W·X[t]` for many tokens.
 //!
-//! A block owns 128 rows × 64 tokens; each warp one 16-row tile × 64 tokens (eight `m16n8k16`
-//! column fragments). Weights come straight from global memory already in A-fragment order
+//! Each warp owns `RT` 16-row tiles × `8·NF` tokens (`NF` `m16n8k16` column fragments), so every
+//! B fragment read from shared memory feeds `RT` (×2 for gate+up) products; a block is 8 warps
+//! stacked along the rows. Weights come straight from global memory already in A-fragment order
 //! (the tiled layout) and are dequantized once per 16 columns into bf16 fragments that serve all
 //! 64 tokens. Activations (bf16, no rescaling needed) are staged per 64-column chunk in shared
 //! memory in B-fragment order, double-buffered: the next chunk's global loads are in flight
@@ -11,7 +12,7 @@ use super::elementwise::gelu_tanh;
 use super::gemv_nvfp4::{fragments, silu};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
-use crate::params::{GemmParams, GEMM_TOKENS_PER_BLOCK};
+use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF};
 
 const WARPS: u32 = 8;
 
@@ -46,8 +47,6 @@ macro_rules! unroll4 {
         }
     }};
 }
-const BUF_BYTES: u32 = GEMM_TOKENS_PER_BLOCK * TILE_K as u32 * 2;
-const FRAGS: usize = (GEMM_TOKENS_PER_BLOCK / 8) as usize;
 
 /// This warp's weights for one chunk: code words and scale words.
 #[derive(Clone, Copy)]
@@ -55,6 +54,11 @@ struct Chunk {
     w: [u32; 4],
     s: [u32; 2],
 }
+
+const ZERO: Chunk = Chunk {
+    w: [0; 4],
+    s: [0; 2],
+};
 
 #[inline(always)]
 unsafe fn load_chunk(codes: u64, scales: u64, tile: usize) -> Chunk {
@@ -77,120 +81,165 @@ fn bf16_fragments(c: &Chunk, j: u32) -> [u32; 4] {
     ]
 }
 
-/// This thread's 16 activations of chunk `c` (8 bf16 pairs), zeros past the last token.
-#[inline(always)]
-unsafe fn load_x(p: &GemmParams, tok: u32, part: u32, c: u32) -> [u32; 8] {
-    if tok < p.tokens {
-        let at = (p.x as *const u8).add(((tok * p.k + c * TILE_K as u32 + part * 16) * 2) as usize);
-        let a = ld_nc_v4(at);
-        let b = ld_nc_v4(at.add(16));
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-    } else {
-        [0; 8]
+/// Who stages what: with `8·NF` tokens per block, `256 / (8·NF)` threads share a token row of a
+/// chunk, each loading `NF / 4` 16-byte vectors (8 bf16 each).
+struct Stager {
+    tn: u32,
+    col0: u32,
+}
+
+impl Stager {
+    #[inline(always)]
+    fn new<const NF: usize>() -> Self {
+        let per_token = 256 / (8 * NF as u32);
+        let (tn, part) = (thread_x() / per_token, thread_x() % per_token);
+        Stager {
+            tn,
+            col0: part * 2 * NF as u32,
+        }
+    }
+
+    /// This thread's activations of chunk `c` (bf16 pairs), zeros past the last token.
+    #[inline(always)]
+    unsafe fn load<const NF: usize>(&self, p: &GemmParams, tok0: u32, c: u32) -> [[u32; 4]; 2] {
+        let tok = tok0 + self.tn;
+        let mut v = [[0u32; 4]; 2];
+        if tok < p.tokens {
+            let at =
+                (p.x as *const u8).add(((tok * p.k + c * TILE_K as u32 + self.col0) * 2) as usize);
+            v[0] = ld_nc_v4(at);
+            if NF == 8 {
+                v[1] = ld_nc_v4(at.add(16));
+            }
+        }
+        v
+    }
+
+    /// Stores the pairs from [`Stager::load`] in B-fragment order: a token's 64 columns become 32
+    /// words `[tq][q]`, `q` = 2·step + (second half of the step).
+    #[inline(always)]
+    unsafe fn store<const NF: usize>(&self, buf: Smem, v: [[u32; 4]; 2]) {
+        unroll8!(I => {
+            if I < NF {
+                let kk = self.col0 + 2 * I as u32;
+                let (j, r) = (kk / 16, kk % 16);
+                let word = (self.tn * 4 + (r % 8) / 2) * 8 + 2 * j + r / 8;
+                buf.add(word * 4).st_u32(v[I / 4][I % 4]);
+            }
+        });
     }
 }
 
-/// Stores the pairs from [`load_x`] in B-fragment order: token `tn`'s 64 columns become 32 words
-/// `[tq][q]`, `q` = 2·step + (second half of the step).
 #[inline(always)]
-unsafe fn store_x(buf: Smem, tn: u32, part: u32, v: [u32; 8]) {
-    for (i, &w) in v.iter().enumerate() {
-        let i = i as u32;
-        let word = (tn * 4 + i % 4) * 8 + 2 * part + i / 4;
-        buf.add(word * 4).st_u32(w);
-    }
-}
-
-#[inline(always)]
-unsafe fn gemm<const DUAL: bool>(p: &GemmParams) {
+unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
+    const RT: usize = GEMM_RT as usize;
     let smem = Smem::base();
+    let buf_bytes = 8 * NF as u32 * TILE_K as u32 * 2;
     let (g, tq) = (lane() / 4, lane() % 4);
-    let rt = block_x() * WARPS + warp_id();
-    let active = rt < p.n / TILE_ROWS as u32;
+    let rt0 = (block_x() * WARPS + warp_id()) * RT as u32;
+    let row_tiles = p.n / TILE_ROWS as u32;
     let k_tiles = p.k / TILE_K as u32;
-    let tok0 = block_y() * GEMM_TOKENS_PER_BLOCK;
-    let (tn, part) = (thread_x() / 4, thread_x() % 4);
-    let tile0 = (rt * k_tiles) as usize;
+    let tok0 = block_y() * 8 * NF as u32;
+    let stager = Stager::new::<NF>();
+    let active = |r: usize| rt0 + (r as u32) < row_tiles;
+    let tile0 = |r: usize| ((rt0 + r as u32) * k_tiles) as usize;
 
-    let mut acc0 = [[0.0f32; 4]; FRAGS];
-    let mut acc1 = [[0.0f32; 4]; FRAGS];
-    let zero = Chunk {
-        w: [0; 4],
-        s: [0; 2],
-    };
-    let mut a0 = if active {
-        load_chunk(p.w0, p.s0, tile0)
-    } else {
-        zero
-    };
-    let mut a1 = if DUAL && active {
-        load_chunk(p.w1, p.s1, tile0)
-    } else {
-        zero
-    };
-    store_x(smem, tn, part, load_x(p, tok0 + tn, part, 0));
+    let mut acc0 = [[[0.0f32; 4]; 8]; RT];
+    let mut acc1 = [[[0.0f32; 4]; 8]; RT];
+    let mut a0 = [ZERO; RT];
+    let mut a1 = [ZERO; RT];
+    unroll4!(R, 0 => {
+        if R < RT && active(R) {
+            a0[R] = load_chunk(p.w0, p.s0, tile0(R));
+            if DUAL {
+                a1[R] = load_chunk(p.w1, p.s1, tile0(R));
+            }
+        }
+    });
+    stager.store::<NF>(smem, stager.load::<NF>(p, tok0, 0));
     sync_threads();
     for c in 0..k_tiles {
         let last = c + 1 == k_tiles;
-        let (mut n0, mut n1, mut xn) = (zero, zero, [0u32; 8]);
+        let (mut n0, mut n1, mut xn) = ([ZERO; RT], [ZERO; RT], [[0u32; 4]; 2]);
         if !last {
-            xn = load_x(p, tok0 + tn, part, c + 1);
-            if active {
-                n0 = load_chunk(p.w0, p.s0, tile0 + c as usize + 1);
-                if DUAL {
-                    n1 = load_chunk(p.w1, p.s1, tile0 + c as usize + 1);
+            xn = stager.load::<NF>(p, tok0, c + 1);
+            unroll4!(R, 0 => {
+                if R < RT && active(R) {
+                    n0[R] = load_chunk(p.w0, p.s0, tile0(R) + c as usize + 1);
+                    if DUAL {
+                        n1[R] = load_chunk(p.w1, p.s1, tile0(R) + c as usize + 1);
+                    }
                 }
-            }
+            });
         }
-        let buf = smem.add((c % 2) * BUF_BYTES);
+        let buf = smem.add((c % 2) * buf_bytes);
         unroll4!(J, 0 => {
             let j = J as u32;
-            let f0 = bf16_fragments(&a0, j);
-            let f1 = if DUAL { bf16_fragments(&a1, j) } else { [0; 4] };
+            let mut f0 = [[0u32; 4]; RT];
+            let mut f1 = [[0u32; 4]; RT];
+            unroll4!(R, 0 => {
+                if R < RT {
+                    f0[R] = bf16_fragments(&a0[R], j);
+                    if DUAL {
+                        f1[R] = bf16_fragments(&a1[R], j);
+                    }
+                }
+            });
             unroll8!(F => {
-                let b = buf.add((((8 * F as u32 + g) * 4 + tq) * 8 + 2 * j) * 4).ld_v2();
-                acc0[F] = mma_bf16_f32(f0, b, acc0[F]);
-                if DUAL {
-                    acc1[F] = mma_bf16_f32(f1, b, acc1[F]);
+                if F < NF {
+                    let b = buf.add((((8 * F as u32 + g) * 4 + tq) * 8 + 2 * j) * 4).ld_v2();
+                    unroll4!(R, 0 => {
+                        if R < RT {
+                            acc0[R][F] = mma_bf16_f32(f0[R], b, acc0[R][F]);
+                            if DUAL {
+                                acc1[R][F] = mma_bf16_f32(f1[R], b, acc1[R][F]);
+                            }
+                        }
+                    });
                 }
             });
         });
         if !last {
-            store_x(smem.add(((c + 1) % 2) * BUF_BYTES), tn, part, xn);
+            stager.store::<NF>(smem.add(((c + 1) % 2) * buf_bytes), xn);
         }
         sync_threads();
         a0 = n0;
         a1 = n1;
     }
-    if !active {
-        return;
-    }
-    unroll8!(F => {
-        for i in 0..4 {
-            let tok = tok0 + 8 * F as u32 + 2 * tq + (i as u32 & 1);
-            let row = rt * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-            let y0 = acc0[F][i] * (64.0 * p.gscale0);
-            let y = if DUAL {
-                let y1 = acc1[F][i] * (64.0 * p.gscale1);
-                (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
-            } else {
-                y0
-            };
-            if tok < p.tokens {
-                *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(y);
-            }
+    unroll4!(R, 0 => {
+        if R < RT && active(R) {
+            unroll8!(F => {
+                if F < NF {
+                    for i in 0..4 {
+                        let tok = tok0 + 8 * F as u32 + 2 * tq + (i as u32 & 1);
+                        let row = (rt0 + R as u32) * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
+                        let y0 = acc0[R][F][i] * (64.0 * p.gscale0);
+                        let y = if DUAL {
+                            let y1 = acc1[R][F][i] * (64.0 * p.gscale1);
+                            (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
+                        } else {
+                            y0
+                        };
+                        if tok < p.tokens {
+                            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(y);
+                        }
+                    }
+                }
+            });
         }
     });
 }
 
 /// Prefill gate+up over the `_t` copies with the activation fused: bf16 `act(g)·u` out.
+/// Block: 256 rows × `8·GEMM_DUAL_NF` tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    gemm::<true>(&p)
+    gemm::<true, { GEMM_DUAL_NF as usize }>(&p)
 }
 
-/// Prefill down projection over the `_t` copies: bf16 out.
+/// Prefill down projection over the `_t` copies: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF`
+/// tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    gemm::<false>(&p)
+    gemm::<false, { GEMM_SINGLE_NF as usize }>(&p)
 }
