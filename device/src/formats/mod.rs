@@ -3,3 +3,4 @@
 pub mod e2m1;
 pub mod e4m3;
 pub mod nvfp4;
+pub mod q4k;
