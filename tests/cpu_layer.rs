@@ -309,3 +309,22 @@ fn cuda_backend_without_a_gpu_is_an_error_not_a_panic() {
         Err(e) => assert!(matches!(e, Error::NoDevice(_) | Error::Driver(_)), "{e}"),
     }
 }
+
+#[test]
+fn footprint_accounts_for_every_byte_the_backend_holds() {
+    let h = HostLayer::quantized(128, 256, 2);
+    let cpu = Arc::new(CpuBackend::new());
+    let gpu: Arc<dyn GpuBackend> = cpu.clone();
+    let mut layer = h.layer(&gpu, FfnActivation::Silu);
+    let f = layer.footprint();
+    // NVFP4: 4.5 bits per value (codes + one E4M3 scale per 16), for three 128×256 matrices.
+    assert_eq!(f.decode_weights, 3 * 128 * 256 * 9 / 16);
+    assert_eq!(f.t_copies, f.decode_weights);
+    assert_eq!((f.mmq_copies, f.overlays), (0, 0));
+    assert_eq!(cpu.used_bytes(), f.total());
+    let ctx = ForwardContext::new(&layer, 4).unwrap();
+    assert_eq!(cpu.used_bytes(), f.total() + ctx.bytes());
+    drop(ctx);
+    drop(std::mem::replace(&mut layer, h.layer(&gpu, FfnActivation::Gelu)));
+    assert_eq!(cpu.used_bytes(), f.total(), "dropping a layer frees all it held");
+}

@@ -79,6 +79,7 @@ impl ForwardContext {
             &self.u,
             &self.a,
             &self.out,
+            &self.prefill_act,
             &self.ws,
             &self.counters,
         ]

@@ -1,11 +1,13 @@
 //! `DenseFfnLayer`: the FFN block `down(act(gate·x) ⊙ up·x)` over device weights, and the
 //! choice of kernels per call.
 mod context;
+mod footprint;
 pub mod plan;
 mod prefill;
 mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
+pub use footprint::Footprint;
 pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 

@@ -1,0 +1,31 @@
+//! What a layer holds on the device, per buffer class.
+use super::DenseFfnLayer;
+
+/// Device bytes a layer holds, by class. Scratch belongs to each [`super::ForwardContext`]
+/// ([`super::ForwardContext::bytes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// NVFP4 decode copies (tiled codes and scales of gate, up, down).
+    pub decode_weights: usize,
+    /// The prefill `_t` copies still held (the finalize paths free them).
+    pub t_copies: usize,
+    /// Load-time materialized copies for MMQ prefill arms (none exist yet: always 0).
+    pub mmq_copies: usize,
+    /// Overlay weights (FP8, BF16, Q2_0, LoRA; none exist yet: always 0).
+    pub overlays: usize,
+}
+
+impl Footprint {
+    /// All classes together.
+    pub fn total(&self) -> usize {
+        self.decode_weights + self.t_copies + self.mmq_copies + self.overlays
+    }
+}
+
+impl DenseFfnLayer {
+    /// Device bytes held now, per buffer class.
+    pub fn footprint(&self) -> Footprint {
+        let w = self.weights();
+        Footprint { decode_weights: w.decode_bytes(), t_copies: w.t_bytes(), ..Default::default() }
+    }
+}
