@@ -41,8 +41,10 @@ impl Nvfp4Host {
             )));
         }
         let amax = w.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+        // Clamped to the smallest normal f32: for amax below ~1e-35 the quotient underflows, and a
+        // zero global scale would make zero groups' scales 0/0 = NaN.
         let global = if amax > 0.0 {
-            amax / (e2m1::MAX * e4m3::MAX)
+            (amax / (e2m1::MAX * e4m3::MAX)).max(f32::MIN_POSITIVE)
         } else {
             1.0
         };

@@ -325,6 +325,13 @@ fn footprint_accounts_for_every_byte_the_backend_holds() {
     let ctx = ForwardContext::new(&layer, 4).unwrap();
     assert_eq!(cpu.used_bytes(), f.total() + ctx.bytes());
     drop(ctx);
-    drop(std::mem::replace(&mut layer, h.layer(&gpu, FfnActivation::Gelu)));
-    assert_eq!(cpu.used_bytes(), f.total(), "dropping a layer frees all it held");
+    drop(std::mem::replace(
+        &mut layer,
+        h.layer(&gpu, FfnActivation::Gelu),
+    ));
+    assert_eq!(
+        cpu.used_bytes(),
+        f.total(),
+        "dropping a layer frees all it held"
+    );
 }

@@ -11,6 +11,11 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// Scratch and output buffers for one caller of a layer. Two contexts may run the same layer at
 /// once on two streams; one context must not be used by two streams at once (`&mut` enforces it).
 ///
+/// Threads: `Send + Sync`, so a context may be made on one thread and moved to another. It
+/// serves one call at a time: every forward path takes `&mut ForwardContext`, so the compiler
+/// rejects two concurrent calls on one context; give each thread (or stream) its own. Checked
+/// in `tests/contracts.rs`.
+///
 /// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them).

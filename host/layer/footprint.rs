@@ -26,6 +26,10 @@ impl DenseFfnLayer {
     /// Device bytes held now, per buffer class.
     pub fn footprint(&self) -> Footprint {
         let w = self.weights();
-        Footprint { decode_weights: w.decode_bytes(), t_copies: w.t_bytes(), ..Default::default() }
+        Footprint {
+            decode_weights: w.decode_bytes(),
+            t_copies: w.t_bytes(),
+            ..Default::default()
+        }
     }
 }

@@ -56,6 +56,12 @@ pub mod kernels {
 /// A dense FFN layer on one device.
 ///
 /// Inputs and outputs are bf16 `[tokens][hidden]` device buffers; accumulation is f32.
+///
+/// Threads: `Send + Sync`. A layer may be shared by threads (e.g. behind an `Arc`) and its
+/// forward paths called from them at once: a call only reads the weights, and all per-call
+/// state lives in the [`ForwardContext`] it takes by `&mut`. Concurrent calls on distinct
+/// contexts give exactly the results of the same calls made one after another (checked in
+/// `tests/contracts.rs`).
 pub struct DenseFfnLayer {
     weights: DenseFfnWeights,
     activation: FfnActivation,
