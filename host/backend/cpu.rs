@@ -60,6 +60,9 @@ impl Memory {
 pub struct CpuBackend {
     mem: Mutex<Memory>,
     capacity: Option<usize>,
+    /// Allocations made so far, and the index of one that must fail (fault injection).
+    allocs_made: AtomicU64,
+    fail_alloc: Option<u64>,
     missing: HashSet<String>,
     launches: AtomicU64,
     events: Mutex<HashMap<u64, Instant>>,
@@ -82,6 +85,8 @@ impl CpuBackend {
                 used: 0,
             }),
             capacity: None,
+            allocs_made: AtomicU64::new(0),
+            fail_alloc: None,
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
             events: Mutex::new(HashMap::new()),
@@ -95,6 +100,18 @@ impl CpuBackend {
             capacity: Some(bytes),
             ..Self::new()
         }
+    }
+
+    /// Fault injection: the allocation with index `n` (0-based, counted from creation) fails
+    /// with `OutOfMemory`; all others succeed (within the capacity, if any).
+    pub fn failing_allocation(mut self, n: u64) -> Self {
+        self.fail_alloc = Some(n);
+        self
+    }
+
+    /// Allocations attempted so far (successful or not).
+    pub fn allocations_attempted(&self) -> u64 {
+        self.allocs_made.load(Ordering::Relaxed)
     }
 
     /// A module without these kernels (for testing missing-kernel errors).
@@ -132,7 +149,14 @@ impl GpuBackend for CpuBackend {
         if bytes == 0 {
             return Err(Error::Invalid("allocation of 0 bytes".into()));
         }
+        let index = self.allocs_made.fetch_add(1, Ordering::Relaxed);
         let mut m = self.lock();
+        if self.fail_alloc == Some(index) {
+            return Err(Error::OutOfMemory {
+                requested: bytes,
+                free: 0,
+            });
+        }
         if let Some(cap) = self.capacity {
             if m.used + bytes > cap {
                 return Err(Error::OutOfMemory {
