@@ -94,3 +94,63 @@ fn every_load_time_allocation_failing_once_is_clean() {
         }
     }
 }
+
+/// Runs one path; `Ok(())` or its error.
+fn run_path(layer: &DenseFfnLayer, gpu: &Arc<dyn GpuBackend>, path: &str) -> Result<(), Error> {
+    let mut ctx = ForwardContext::new(layer, 8)?;
+    let x = upload_bf16(gpu, &activations(8 * H, 5));
+    match path {
+        "forward" => layer.forward(x, &mut ctx, 0).map(drop),
+        "forward_k2" => layer.forward_k2(x, &mut ctx, 0).map(drop),
+        "forward_k3" => layer.forward_k3(x, &mut ctx, 0).map(drop),
+        "forward_prefill" => layer.forward_prefill(x, 8, &mut ctx, 0).map(drop),
+        km => layer
+            .forward_km(
+                x,
+                km.trim_start_matches("forward_km").parse().unwrap(),
+                &mut ctx,
+                0,
+            )
+            .map(drop),
+    }
+}
+
+#[test]
+fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
+    let host = HostLayer::quantized(H, I, 43);
+    let mut paths = vec![
+        "forward".to_string(),
+        "forward_k2".into(),
+        "forward_k3".into(),
+        "forward_prefill".into(),
+    ];
+    paths.extend((1..=8).map(|m| format!("forward_km{m}")));
+    for &kernel in CpuBackend::kernels() {
+        let mut needed_by = 0;
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let cpu = Arc::new(CpuBackend::new().without_kernels(&[kernel]));
+            let gpu: Arc<dyn GpuBackend> = cpu.clone();
+            let layer = host.layer(&gpu, act);
+            for path in &paths {
+                let before = gpu.launch_count();
+                match run_path(&layer, &gpu, path) {
+                    Ok(()) => {}
+                    Err(Error::MissingKernel(k)) => {
+                        assert_eq!(k, kernel, "{path} {act:?}: wrong kernel named");
+                        assert_eq!(
+                            gpu.launch_count(),
+                            before,
+                            "{path} {act:?}: launched before failing"
+                        );
+                        needed_by += 1;
+                    }
+                    Err(e) => panic!("{path} {act:?} without {kernel}: {e}"),
+                }
+            }
+        }
+        assert!(
+            needed_by > 0,
+            "no path needs {kernel}: dead kernel or missing check"
+        );
+    }
+}

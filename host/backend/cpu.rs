@@ -114,6 +114,11 @@ impl CpuBackend {
         self.allocs_made.load(Ordering::Relaxed)
     }
 
+    /// Every kernel the reference backend executes (the library's whole kernel set).
+    pub fn kernels() -> &'static [&'static str] {
+        cpu_kernels::KERNELS
+    }
+
     /// A module without these kernels (for testing missing-kernel errors).
     pub fn without_kernels(mut self, names: &[&str]) -> Self {
         self.missing.extend(names.iter().map(|s| s.to_string()));
