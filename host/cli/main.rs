@@ -71,10 +71,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// List the FFN tensors (model.layers.N.mlp.*) of a safetensors checkpoint: one row per
-    /// tensor (dtype, shape, bytes), then one per layer (format, logical shapes, bytes).
+    /// List the FFN tensors (model.layers.N.mlp.* of a safetensors checkpoint, or
+    /// blk.N.ffn_{gate,up,down}.weight of a GGUF file): one row per tensor (dtype, shape,
+    /// bytes), then one per layer (format, logical shapes, bytes).
     Inspect {
-        /// A .safetensors file, a model.safetensors.index.json, or a model directory.
+        /// A .safetensors file, a model.safetensors.index.json, a model directory, or a .gguf
+        /// file.
         path: PathBuf,
     },
 }
@@ -293,8 +295,94 @@ fn print_rows(rows: &[Row], backend: &str, json: bool) {
     }
 }
 
+/// Whether `path` is a GGUF file: named `*.gguf`, or a file starting with the GGUF magic.
+fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    if path
+        .extension()
+        .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+    {
+        return true;
+    }
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && &magic == b"GGUF"
+}
+
+/// `denseffn inspect FILE.gguf`: the FFN weights of a GGUF file, then a summary per layer.
+fn inspect_gguf(path: &Path) -> denseffn::Result<()> {
+    let list = denseffn::load::gguf::inspect_gguf(path)?;
+    if list.is_empty() {
+        println!(
+            "{}: no FFN tensors (blk.N.ffn_{{gate,up,down}}.weight)",
+            path.display()
+        );
+        return Ok(());
+    }
+    let shape = |s: &[usize]| {
+        let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+        format!("[{}]", dims.join(", "))
+    };
+    let bytes = |b: Option<usize>| b.map_or("?".to_string(), |b| b.to_string());
+    println!("| layer | tensor | ggml type | shape | bytes |");
+    println!("|---|---|---|---|---|");
+    for t in &list {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            t.layer,
+            t.short_name(),
+            t.type_name,
+            shape(&t.shape),
+            bytes(t.bytes)
+        );
+    }
+    println!();
+    println!("| layer | format | gate | up | down | bytes |");
+    println!("|---|---|---|---|---|---|");
+    let (mut total, mut layers, mut start) = (0, 0, 0);
+    while start < list.len() {
+        let layer = list[start].layer;
+        let n = list[start..]
+            .iter()
+            .take_while(|t| t.layer == layer)
+            .count();
+        let tensors = &list[start..start + n];
+        let get = |p: &str| {
+            tensors
+                .iter()
+                .find(|t| t.short_name() == format!("{p}.weight"))
+        };
+        let mut types: Vec<&str> = tensors.iter().map(|t| t.type_name.as_str()).collect();
+        types.dedup();
+        let format = types.join(" + ");
+        let logical = |p: &str| get(p).map_or("-".into(), |t| shape(&t.shape));
+        let sum: usize = tensors.iter().filter_map(|t| t.bytes).sum();
+        println!(
+            "| {layer} | {format} | {} | {} | {} | {sum} |",
+            logical("ffn_gate"),
+            logical("ffn_up"),
+            logical("ffn_down")
+        );
+        total += sum;
+        layers += 1;
+        start += n;
+    }
+    println!();
+    println!(
+        "{layers} layers with FFN tensors, {} tensors, {total} bytes",
+        list.len()
+    );
+    Ok(())
+}
+
 /// `denseffn inspect PATH`: the FFN tensors of a checkpoint, then a summary per layer.
 fn inspect(path: &Path) -> denseffn::Result<()> {
+    if is_gguf(path) {
+        return inspect_gguf(path);
+    }
     let list = denseffn::load::inspect(path)?;
     if list.is_empty() {
         println!("{}: no FFN tensors (model.layers.N.mlp.*)", path.display());
