@@ -61,9 +61,17 @@ enum Cmd {
         layer: Option<usize>,
         #[arg(long, value_enum, default_value = "silu")]
         activation: ActArg,
-        /// Tokens for forward_batched.
-        #[arg(long, default_value_t = 4)]
+        /// Tokens T: forward_batched(T), forward_km(m) for m ≤ min(T, 8), forward_k2/k3 when
+        /// T ≥ 2/3, forward_prefill(T).
+        #[arg(long, default_value_t = 8)]
         tokens: usize,
+        /// Input activations: raw little-endian f32 [T, hidden] (default: seeded N(0, 1)).
+        #[arg(long, value_name = "X.f32")]
+        input: Option<PathBuf>,
+        /// Write the prefill result (the decode result for T = 1) as raw little-endian f32
+        /// [T, hidden].
+        #[arg(long, value_name = "Y.f32")]
+        output: Option<PathBuf>,
         /// Seed of the synthetic weights and of the inputs.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -87,11 +95,19 @@ enum Source {
     Model { path: PathBuf, layer: usize },
 }
 
+/// The run's input and output files.
+struct Io {
+    input: Option<PathBuf>,
+    output: Option<PathBuf>,
+}
+
 struct Row {
     path: String,
+    arm: String,
     launches: u64,
     us: f64,
     gbs: f64,
+    tflops: f64,
     err_ref: f64,
     err_f64: f64,
 }
@@ -111,6 +127,8 @@ fn main() {
             layer,
             activation,
             tokens,
+            input,
+            output,
             seed,
             json,
         } => {
@@ -124,7 +142,8 @@ fn main() {
                     intermediate,
                 },
             };
-            run(backend, source, activation, tokens, seed, json)
+            let io = Io { input, output };
+            run(backend, source, activation, tokens, &io, seed, json)
         }
         Cmd::Inspect { path } => inspect(&path),
     };
@@ -139,9 +158,15 @@ fn run(
     source: Source,
     act: ActArg,
     tokens: usize,
+    io: &Io,
     seed: u64,
     json: bool,
 ) -> denseffn::Result<()> {
+    if tokens == 0 {
+        return Err(denseffn::Error::Invalid(
+            "--tokens must be at least 1".into(),
+        ));
+    }
     let act = match act {
         ActArg::Silu => FfnActivation::Silu,
         ActArg::Gelu => FfnActivation::Gelu,
@@ -159,6 +184,7 @@ fn run(
     };
     let reference: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let mut rng = SmallRng::seed_from_u64(seed);
+    let bar = progress(json, 4, "loading weights");
     let (gate, up, down, what) = match &source {
         Source::Synthetic {
             hidden: h,
@@ -182,13 +208,22 @@ fn run(
             (gate, up, down, what)
         }
     };
+    bar.inc(1);
     let (h, i) = (gate.cols, gate.rows);
     eprintln!(
         "layer: {what}, {act:?}, seed {seed}; backend {} ({})",
         gpu.name(),
         gpu.device_name()
     );
-    let x = random_activations(tokens.max(1) * h, &mut rng);
+    let x = match &io.input {
+        None => random_activations(tokens * h, &mut rng),
+        // The layer takes bf16: the reference gets the same rounded values.
+        Some(p) => read_f32(p, tokens * h)?
+            .into_iter()
+            .map(|v| bf16::from_f32(v).to_f32())
+            .collect(),
+    };
+    bar.set_message("f64 reference");
     let want = ffn_f64(
         &gate.dequantize(),
         &up.dequantize(),
@@ -206,7 +241,7 @@ fn run(
                 act,
                 g.clone(),
             )?;
-            let ctx = ForwardContext::new(&layer, tokens.max(1))?;
+            let ctx = ForwardContext::new(&layer, tokens)?;
             let xin = g.alloc(x.len() * 2)?;
             let bytes: Vec<u8> = x
                 .iter()
@@ -215,43 +250,109 @@ fn run(
             g.upload(xin, &bytes)?;
             Ok((layer, ctx, xin))
         };
+    bar.inc(1);
+    bar.set_message(format!("uploading to {}", gpu.name()));
     let (layer, mut ctx, xin) = make(&gpu)?;
+    bar.inc(1);
+    bar.set_message("uploading to the CPU reference");
     let (rlayer, mut rctx, rxin) = make(&reference)?;
+    bar.finish_and_clear();
     let wbytes = layer.weights().decode_bytes() as f64;
+    let flop_per_token = 2.0 * 3.0 * h as f64 * i as f64;
 
     let mut rows = Vec::new();
+    // (name, arm, tokens, weight passes, call)
     type PathFn =
-        fn(&DenseFfnLayer, DevicePtr, &mut ForwardContext, usize) -> denseffn::Result<DevicePtr>;
-    let paths: Vec<(String, usize, PathFn)> = vec![
-        ("forward".into(), 1, |l, x, c, _| l.forward(x, c, 0)),
+        Box<dyn Fn(&DenseFfnLayer, DevicePtr, &mut ForwardContext) -> denseffn::Result<DevicePtr>>;
+    let mut paths: Vec<(String, String, usize, usize, PathFn)> = vec![
+        (
+            "forward".into(),
+            "decode".into(),
+            1,
+            1,
+            Box::new(|l, x, c| l.forward(x, c, 0)),
+        ),
         (
             format!("forward_batched({tokens})"),
+            "decode".into(),
             tokens,
-            |l, x, c, n| l.forward_batched(x, n, c, 0),
+            tokens,
+            Box::new(move |l, x, c| l.forward_batched(x, tokens, c, 0)),
         ),
     ];
-    for (name, n, f) in paths {
+    if tokens >= 2 {
+        paths.push((
+            "forward_k2".into(),
+            "verify".into(),
+            2,
+            1,
+            Box::new(|l, x, c| l.forward_k2(x, c, 0)),
+        ));
+    }
+    if tokens >= 3 {
+        paths.push((
+            "forward_k3".into(),
+            "verify".into(),
+            3,
+            1,
+            Box::new(|l, x, c| l.forward_k3(x, c, 0)),
+        ));
+    }
+    for m in 1..=tokens.min(8) {
+        if layer.can_forward_km(m) {
+            paths.push((
+                format!("forward_km({m})"),
+                "verify".into(),
+                m,
+                1,
+                Box::new(move |l, x, c| l.forward_km(x, m, c, 0)),
+            ));
+        }
+    }
+    let arm = layer
+        .prefill_arm()
+        .map(|a| a.name().to_string())
+        .unwrap_or_else(|e| format!("none: {e}"));
+    paths.push((
+        format!("forward_prefill({tokens})"),
+        arm,
+        tokens,
+        1,
+        Box::new(move |l, x, c| l.forward_prefill(x, tokens, c, 0)),
+    ));
+    let mut output = None;
+    for (name, arm, n, passes, f) in paths {
         let before = gpu.launch_count();
-        let out = f(&layer, xin, &mut ctx, n)?;
+        let out = f(&layer, xin, &mut ctx)?;
         let launches = gpu.launch_count() - before;
         let got = download(&gpu, out, n * h)?;
-        let rgot = download(&reference, f(&rlayer, rxin, &mut rctx, n)?, n * h)?;
+        let rgot = download(&reference, f(&rlayer, rxin, &mut rctx)?, n * h)?;
+        if name.starts_with("forward_prefill") || (tokens == 1 && name == "forward") {
+            output = Some(got.clone());
+        }
         // Time: GPU events around repeated calls (wall time on the CPU backend).
         let reps = if gpu.name() == "cpu" { 1 } else { 20 };
         let a = gpu.record_event(0)?;
         for _ in 0..reps {
-            f(&layer, xin, &mut ctx, n)?;
+            f(&layer, xin, &mut ctx)?;
         }
         let b = gpu.record_event(0)?;
         let us = gpu.elapsed_ms(a, b)? as f64 * 1e3 / reps as f64;
         rows.push(Row {
             path: name,
+            arm,
             launches,
             us,
-            gbs: wbytes * n as f64 / us / 1e3,
+            gbs: wbytes * passes as f64 / us / 1e3,
+            tflops: flop_per_token * n as f64 / us / 1e6,
             err_ref: rel_l2(&got, &rgot),
             err_f64: rel_l2(&got, &want[..n * h]),
         });
+    }
+    if let (Some(p), Some(y)) = (&io.output, output) {
+        let bytes: Vec<u8> = y.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+        std::fs::write(p, bytes)
+            .map_err(|e| denseffn::Error::Invalid(format!("writing {}: {e}", p.display())))?;
     }
     print_rows(&rows, gpu.name(), json);
     let worst = rows.iter().map(|r| r.err_f64).fold(0.0, f64::max);
@@ -261,6 +362,37 @@ fn run(
         )));
     }
     Ok(())
+}
+
+/// A progress bar on stderr (hidden with --json, so stdout stays machine-readable).
+fn progress(json: bool, steps: u64, msg: &'static str) -> indicatif::ProgressBar {
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(steps)
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    bar.set_message(msg);
+    bar
+}
+
+/// `n` raw little-endian f32 values from `path` (exactly `4n` bytes).
+fn read_f32(path: &Path, n: usize) -> denseffn::Result<Vec<f32>> {
+    let b = std::fs::read(path)
+        .map_err(|e| denseffn::Error::Invalid(format!("reading {}: {e}", path.display())))?;
+    if b.len() != n * 4 {
+        return Err(denseffn::Error::Invalid(format!(
+            "{}: {} bytes, expected {} (f32 [tokens, hidden] = {n} values)",
+            path.display(),
+            b.len(),
+            n * 4
+        )));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 fn download(g: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> denseffn::Result<Vec<f64>> {
@@ -273,24 +405,25 @@ fn download(g: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> denseffn::Result
 
 fn print_rows(rows: &[Row], backend: &str, json: bool) {
     if json {
-        let items: Vec<String> = rows
+        let items: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
-                format!(
-                    "{{\"path\":\"{}\",\"backend\":\"{backend}\",\"launches\":{},\"us\":{:.2},\"weight_GBps\":{:.1},\"rel_err_vs_cpu_reference\":{:.3e},\"rel_err_vs_f64\":{:.3e}}}",
-                    r.path, r.launches, r.us, r.gbs, r.err_ref, r.err_f64
-                )
+                serde_json::json!({
+                    "path": r.path, "arm": r.arm, "backend": backend, "launches": r.launches,
+                    "us": r.us, "weight_GBps": r.gbs, "TFLOPs": r.tflops,
+                    "rel_err_vs_cpu_reference": r.err_ref, "rel_err_vs_f64": r.err_f64,
+                })
             })
             .collect();
-        println!("[{}]", items.join(","));
+        println!("{}", serde_json::Value::Array(items));
         return;
     }
-    println!("| path | backend | launches | time µs | weight GB/s | rel err vs CPU reference | rel err vs f64 |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| path | arm | backend | launches | time µs | weight GB/s | TFLOP/s | rel err vs CPU reference | rel err vs f64 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {backend} | {} | {:.1} | {:.0} | {:.2e} | {:.2e} |",
-            r.path, r.launches, r.us, r.gbs, r.err_ref, r.err_f64
+            "| {} | {} | {backend} | {} | {:.1} | {:.0} | {:.2} | {:.2e} | {:.2e} |",
+            r.path, r.arm, r.launches, r.us, r.gbs, r.tflops, r.err_ref, r.err_f64
         );
     }
 }
