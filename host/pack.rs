@@ -26,20 +26,7 @@ impl Nvfp4Host {
     /// / global), codes = nearest E2M1 of `v / (scale·global)`. NaN/Inf weights are an error.
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Result<Self> {
         check_dims("weights", rows, cols)?;
-        if w.len() != rows * cols {
-            return Err(Error::Shape(format!(
-                "weights: {} values for [{rows}, {cols}]",
-                w.len()
-            )));
-        }
-        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(Error::BadWeights(format!(
-                "weight [{}, {}] is {}",
-                i / cols,
-                i % cols,
-                w[i]
-            )));
-        }
+        check_values(w, rows, cols)?;
         let amax = w.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
         // Clamped to the smallest normal f32: for amax below ~1e-35 the quotient underflows, and a
         // zero global scale would make zero groups' scales 0/0 = NaN.
@@ -218,6 +205,25 @@ impl Nvfp4Host {
             }
         }
         Ok((codes, scales))
+    }
+}
+
+/// A quantizer's input: `rows × cols` finite values, else an error naming the first bad one.
+pub(crate) fn check_values(w: &[f32], rows: usize, cols: usize) -> Result<()> {
+    if w.len() != rows * cols {
+        return Err(Error::Shape(format!(
+            "weights: {} values for [{rows}, {cols}]",
+            w.len()
+        )));
+    }
+    match w.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(Error::BadWeights(format!(
+            "weight [{}, {}] is {}",
+            i / cols,
+            i % cols,
+            w[i]
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -22,20 +22,7 @@ impl Q4kHost {
     /// `dmin`, and the codes recomputed with the scales as stored.
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Result<Self> {
         check(rows, cols)?;
-        if w.len() != rows * cols {
-            return Err(Error::Shape(format!(
-                "weights: {} values for [{rows}, {cols}]",
-                w.len()
-            )));
-        }
-        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(Error::BadWeights(format!(
-                "weight [{}, {}] is {}",
-                i / cols,
-                i % cols,
-                w[i]
-            )));
-        }
+        crate::pack::check_values(w, rows, cols)?;
         let mut blocks = Vec::with_capacity(rows * cols / QK_K * BLOCK_BYTES);
         for x in w.chunks_exact(QK_K) {
             blocks.extend_from_slice(&quantize_block(x));
