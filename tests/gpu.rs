@@ -16,13 +16,27 @@ fn cuda() -> Option<Arc<dyn GpuBackend>> {
     }
 }
 
+/// `DENSEFFN_GPU_TEST_SMALL=1` shrinks every test to small shapes, for runs under
+/// compute-sanitizer (`gpu-bundle/run.sh sanitize`), which are 10–100× slower.
+fn small() -> bool {
+    std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
+}
+
+fn shapes(full: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    if small() {
+        vec![(256, 512), (192, 320)]
+    } else {
+        full.to_vec()
+    }
+}
+
 const SHAPES: &[(usize, usize)] = &[(2048, 5632), (1536, 8960), (4096, 14336), (5120, 25600)];
 
 #[test]
 fn decode_matches_cpu_reference_on_model_shapes() {
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    for &(h, i) in SHAPES {
+    for (h, i) in shapes(SHAPES) {
         let host = HostLayer::random(h, i, (h * 31 + i) as u64);
         for act in [FfnActivation::Silu, FfnActivation::Gelu] {
             let x = activations(3 * h, h as u64 + 1);
@@ -76,7 +90,7 @@ fn decode_matches_cpu_reference_on_model_shapes() {
 fn verify_paths_match_cpu_reference() {
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    for &(h, i) in &[(2048usize, 5632usize), (4096, 14336)] {
+    for (h, i) in shapes(&[(2048, 5632), (4096, 14336)]) {
         let host = HostLayer::random(h, i, (h + i) as u64);
         let x = activations(8 * h, 77);
         for act in [FfnActivation::Silu, FfnActivation::Gelu] {
@@ -137,20 +151,25 @@ fn verify_paths_match_cpu_reference() {
 fn prefill_matches_cpu_reference_on_sampled_tokens() {
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    const NS: &[usize] = &[1, 7, 64, 511, 512, 4096];
-    for &(h, i) in &[(4096usize, 14336usize), (5120, 25600)] {
+    let ns: &[usize] = if small() {
+        &[1, 7, 64, 130]
+    } else {
+        &[1, 7, 64, 511, 512, 4096]
+    };
+    let nmax = *ns.iter().max().unwrap();
+    for (h, i) in shapes(&[(4096, 14336), (5120, 25600)]) {
         let host = HostLayer::random(h, i, (3 * h + i) as u64);
-        let x = activations(4096 * h, 91);
+        let x = activations(nmax * h, 91);
         for act in [FfnActivation::Silu, FfnActivation::Gelu] {
             let (cl, gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
             let mut cc = ForwardContext::new(&cl, 8).unwrap();
-            let mut gc = ForwardContext::new(&gl, 4096).unwrap();
+            let mut gc = ForwardContext::new(&gl, nmax).unwrap();
             let gx = upload_bf16(&gpu, &x);
             let mut worst = 0.0f64;
-            for &n in NS {
-                gpu.memset(gc.output(), 0xFF, 4096 * h * 2).unwrap();
+            for &n in ns {
+                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
                 let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
-                let got = download_bf16(&gpu, y, 4096 * h);
+                let got = download_bf16(&gpu, y, nmax * h);
                 assert!(
                     got[..n * h].iter().all(|v| v.is_finite()),
                     "({h},{i}) {act:?} N={n}: unwritten outputs"
@@ -185,7 +204,7 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
                     "({h},{i}) {act:?} N={n}: rel L2 {e} on tokens {sample:?}"
                 );
             }
-            eprintln!("({h}, {i}) {act:?}: forward_prefill N={NS:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
+            eprintln!("({h}, {i}) {act:?}: forward_prefill N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
         }
     }
 }

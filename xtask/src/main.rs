@@ -103,7 +103,9 @@ fn gpu_bundle() {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all]
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all|sanitize]
+# sanitize: the GPU tests on small shapes under compute-sanitizer memcheck, racecheck, initcheck
+# and synccheck; each tool's log goes to $OUT/sanitize-<tool>.log and any error fails the run.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"; mkdir -p "$out"
@@ -123,6 +125,14 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   for b in "$here"/bin/bench-*; do
     echo "== $(basename "$b")" | tee -a "$out/bench.log"
     DENSEFFN_BENCH_OUT="$out/$(basename "$b").md" "$b" --bench 2>&1 | tee -a "$out/bench.log" || rc=1
+  done
+fi
+if [ "$mode" = sanitize ]; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    echo "== compute-sanitizer --tool $tool" | tee -a "$out/sanitize.log"
+    DENSEFFN_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$here/bin/test-gpu" --test-threads=1 > "$out/sanitize-$tool.log" 2>&1 || rc=1
+    tail -n 3 "$out/sanitize-$tool.log" | tee -a "$out/sanitize.log"
   done
 fi
 exit $rc
