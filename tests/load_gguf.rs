@@ -995,3 +995,37 @@ fn cli_inspect_reads_gguf() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("version 1"));
 }
+
+#[test]
+fn q2_0_layers_load_byte_for_byte() {
+    use denseffn::pack_q2::Q2Host;
+    let (h, i) = (128usize, 256usize);
+    let mut g = Gguf::new();
+    let mut rng = SmallRng::seed_from_u64(42);
+    let mut want = Vec::new();
+    for (k, p, r, c) in [
+        (0u64, "ffn_gate", i, h),
+        (1, "ffn_up", i, h),
+        (2, "ffn_down", h, i),
+    ] {
+        let w: Vec<f32> = (0..r * c)
+            .map(|_| rng.random_range(-1.0f32..1.0) * (k + 1) as f32)
+            .collect();
+        let q = Q2Host::quantize_ternary(&w, r, c).unwrap();
+        g.matrix(&format!("blk.0.{p}.weight"), 42, r, c, q.blocks.clone());
+        want.push(q);
+    }
+    let d = TempDir::new("q2");
+    let path = d.write("q2.gguf", &g.bytes());
+    let ffn = load_ffn_gguf(&path, 0).unwrap();
+    for (got, want) in [&ffn.gate, &ffn.up, &ffn.down].into_iter().zip(&want) {
+        match got {
+            GgufWeight::Q2(q) => assert_eq!(q, want),
+            other => panic!("expected Q2_0, got {other:?}"),
+        }
+    }
+    let info = inspect_gguf(&path).unwrap();
+    assert!(info
+        .iter()
+        .all(|t| t.type_name == "Q2_0" && t.bytes.is_some()));
+}

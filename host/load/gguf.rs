@@ -30,6 +30,7 @@
 //! Q4_K blocks with a negative or non-finite `d`/`dmin`; [`Error::Invalid`] for a layer index
 //! past the last layer.
 use crate::error::{Error, Result};
+use crate::pack_q2::Q2Host;
 use crate::pack_q4k::Q4kHost;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -47,6 +48,8 @@ pub const GGML_TYPE_F16: u32 = 1;
 pub const GGML_TYPE_Q4_K: u32 = 12;
 /// ggml type id of bf16.
 pub const GGML_TYPE_BF16: u32 = 30;
+/// ggml type id of `block_q2_0` (64 ternary/2-bit values, f16 `d`).
+pub const GGML_TYPE_Q2_0: u32 = 42;
 
 /// The dense FFN projections as GGUF names them (`blk.N.ffn_{P}.weight`), in the order
 /// [`load_ffn_gguf`] returns them.
@@ -101,6 +104,7 @@ const GGML_TYPES: &[(u32, &str, u64, u64)] = &[
     (39, "MXFP4", 32, 17),
     (40, "NVFP4", 64, 36),
     (41, "Q1_0", 128, 18),
+    (42, "Q2_0", 64, 18),
 ];
 
 fn ggml_type(id: u32) -> Option<(&'static str, u64, u64)> {
@@ -154,6 +158,8 @@ impl GgufTensorInfo {
 pub enum GgufWeight {
     /// Q4_K blocks exactly as the file stores them (checked with [`Q4kHost::validate`]).
     Q4K(Q4kHost),
+    /// Q2_0 blocks exactly as the file stores them (checked with [`Q2Host::validate`]).
+    Q2(Q2Host),
     /// Row-major f32 values, from an F32, F16 or BF16 tensor (converted exactly).
     F32 {
         /// Output features.
@@ -170,6 +176,7 @@ impl GgufWeight {
     pub fn rows(&self) -> usize {
         match self {
             GgufWeight::Q4K(q) => q.rows,
+            GgufWeight::Q2(q) => q.rows,
             GgufWeight::F32 { rows, .. } => *rows,
         }
     }
@@ -178,6 +185,7 @@ impl GgufWeight {
     pub fn cols(&self) -> usize {
         match self {
             GgufWeight::Q4K(q) => q.cols,
+            GgufWeight::Q2(q) => q.cols,
             GgufWeight::F32 { cols, .. } => *cols,
         }
     }
@@ -186,6 +194,7 @@ impl GgufWeight {
     pub fn dequantize(&self) -> Vec<f32> {
         match self {
             GgufWeight::Q4K(q) => q.dequantize(),
+            GgufWeight::Q2(q) => q.dequantize(),
             GgufWeight::F32 { data, .. } => data.clone(),
         }
     }
@@ -439,12 +448,12 @@ impl<'p> GgufFile<'p> {
         let tname = type_name(t.ty);
         let supported = matches!(
             t.ty,
-            GGML_TYPE_Q4_K | GGML_TYPE_F32 | GGML_TYPE_F16 | GGML_TYPE_BF16
+            GGML_TYPE_Q4_K | GGML_TYPE_Q2_0 | GGML_TYPE_F32 | GGML_TYPE_F16 | GGML_TYPE_BF16
         );
         if !supported {
             return Err(Error::Unsupported(format!(
-                "{name} ({shown}) has ggml type {} ({tname}); FFN weights are read as Q4_K, F32, \
-                 F16 or BF16",
+                "{name} ({shown}) has ggml type {} ({tname}); FFN weights are read as Q4_K, Q2_0, \
+                 F32, F16 or BF16",
                 t.ty
             )));
         }
@@ -468,6 +477,15 @@ impl<'p> GgufFile<'p> {
             };
             q.validate(name)?;
             return Ok(GgufWeight::Q4K(q));
+        }
+        if t.ty == GGML_TYPE_Q2_0 {
+            let q = Q2Host {
+                rows,
+                cols,
+                blocks: data.to_vec(),
+            };
+            q.validate(name)?;
+            return Ok(GgufWeight::Q2(q));
         }
         let values = match t.ty {
             GGML_TYPE_F32 => data

@@ -3,4 +3,5 @@
 pub mod e2m1;
 pub mod e4m3;
 pub mod nvfp4;
+pub mod q2_0;
 pub mod q4k;
