@@ -22,6 +22,7 @@ pub mod error;
 pub mod layer;
 pub mod load;
 pub mod pack;
+pub mod pack_fp8;
 pub mod pack_q2;
 pub mod pack_q4k;
 pub mod reference;
