@@ -22,6 +22,7 @@
 //! and positive; [`Error::Invalid`] for a layer index past the last layer.
 use crate::error::{Error, Result};
 use crate::pack::Nvfp4Host;
+use crate::pack_fp8::Fp8Host;
 use ::safetensors::tensor::{Dtype, Metadata, SafeTensorError, SafeTensors};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
@@ -80,6 +81,26 @@ impl FfnTensorInfo {
 /// meanwhile. Never panics on bad input: every problem is an [`Error`] naming the tensor or file
 /// (the module documentation lists which variant for what).
 pub fn load_nvfp4_layer(path: &Path, layer: usize) -> Result<(Nvfp4Host, Nvfp4Host, Nvfp4Host)> {
+    load_layer(path, layer, Checkpoint::nvfp4, |w: &Nvfp4Host| {
+        (w.rows, w.cols)
+    })
+}
+
+/// Loads layer `layer`'s FFN from an FP8 block-scaled checkpoint: per projection `weight`
+/// (F8_E4M3 `[out, in]`) and `weight_scale_inv` (F32 `[⌈out/128⌉, ⌈in/128⌉]`), as
+/// [`Fp8Host`]s; `path` and errors as for [`load_nvfp4_layer`].
+pub fn load_fp8_layer(path: &Path, layer: usize) -> Result<(Fp8Host, Fp8Host, Fp8Host)> {
+    load_layer(path, layer, Checkpoint::fp8, |w: &Fp8Host| (w.rows, w.cols))
+}
+
+/// Opens the checkpoint, checks `layer` is in range, reads the three projections with `read`
+/// and checks that their (out, in) shapes fit together.
+fn load_layer<T>(
+    path: &Path,
+    layer: usize,
+    read: fn(&mut Checkpoint, &str) -> Result<T>,
+    dims: fn(&T) -> (usize, usize),
+) -> Result<(T, T, T)> {
     let mut ck = Checkpoint::open(path)?;
     let layers = ck.layer_count();
     if layers == 0 {
@@ -96,21 +117,20 @@ pub fn load_nvfp4_layer(path: &Path, layer: usize) -> Result<(Nvfp4Host, Nvfp4Ho
         )));
     }
     let prefix = |p: &str| format!("{LAYER_PREFIX}{layer}.mlp.{p}");
-    let gate = ck.nvfp4(&prefix("gate_proj"))?;
-    let up = ck.nvfp4(&prefix("up_proj"))?;
-    let down = ck.nvfp4(&prefix("down_proj"))?;
-    let (inter, hidden) = (gate.rows, gate.cols);
+    let gate = read(&mut ck, &prefix("gate_proj"))?;
+    let up = read(&mut ck, &prefix("up_proj"))?;
+    let down = read(&mut ck, &prefix("down_proj"))?;
+    let (inter, hidden) = dims(&gate);
     for (p, w, rows, cols) in [
         ("up_proj", &up, inter, hidden),
         ("down_proj", &down, hidden, inter),
     ] {
-        if (w.rows, w.cols) != (rows, cols) {
+        let (r, c) = dims(w);
+        if (r, c) != (rows, cols) {
             return Err(Error::Shape(format!(
-                "{}: [{}, {}] (out, in), expected [{rows}, {cols}] to match {} [{inter}, {hidden}] \
+                "{}: [{r}, {c}] (out, in), expected [{rows}, {cols}] to match {} [{inter}, {hidden}] \
                  (gate and up [intermediate, hidden], down [hidden, intermediate])",
                 prefix(p),
-                w.rows,
-                w.cols,
                 prefix("gate_proj"),
             )));
         }
@@ -424,6 +444,46 @@ impl Checkpoint {
             )));
         }
         Ok(t)
+    }
+
+    /// The FP8 matrix `{prefix}.weight` / `.weight_scale_inv`, checked.
+    fn fp8(&mut self, prefix: &str) -> Result<Fp8Host> {
+        let wname = format!("{prefix}.weight");
+        let sname = format!("{prefix}.weight_scale_inv");
+        let w = self.typed(&wname, Dtype::F8_E4M3, "FP8 E4M3 weights")?;
+        let &[rows, cols] = w.shape.as_slice() else {
+            return Err(Error::Shape(format!(
+                "{wname}: shape {:?}, expected 2 dimensions [out, in]",
+                w.shape
+            )));
+        };
+        if rows == 0 || cols == 0 {
+            return Err(Error::Shape(format!(
+                "{wname}: zero-sized shape [{rows}, {cols}]"
+            )));
+        }
+        let weight = w.data.to_vec();
+        let s = self.typed(&sname, Dtype::F32, "one scale per 128×128 block")?;
+        let (br, bc) = Fp8Host::scale_dims(rows, cols);
+        if s.shape.as_slice() != [br, bc] {
+            return Err(Error::Shape(format!(
+                "{sname}: shape {:?}, expected [{br}, {bc}] for {wname} [{rows}, {cols}] (128×128 blocks)",
+                s.shape
+            )));
+        }
+        let scale_inv = s
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let host = Fp8Host {
+            rows,
+            cols,
+            weight,
+            scale_inv,
+        };
+        host.validate(prefix)?;
+        Ok(host)
     }
 
     /// The NVFP4 matrix `{prefix}.weight` / `.weight_scale` / `.weight_scale_2`, checked.
