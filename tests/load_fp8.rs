@@ -7,9 +7,12 @@ use denseffn::Error;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+/// (name, dtype, shape, bytes) of each tensor of a file.
+type Tensors = Vec<(String, &'static str, Vec<usize>, Vec<u8>)>;
+
 /// A safetensors file from (name, dtype, shape, bytes), written by hand (8-byte header length,
 /// JSON header, data).
-fn safetensors(tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+fn safetensors(tensors: &[(String, &'static str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, dtype, shape, bytes) in tensors {
@@ -27,14 +30,7 @@ fn safetensors(tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-fn layer_tensors(
-    layer: usize,
-    hidden: usize,
-    inter: usize,
-) -> (
-    Vec<(String, &'static str, Vec<usize>, Vec<u8>)>,
-    Vec<Fp8Host>,
-) {
+fn layer_tensors(layer: usize, hidden: usize, inter: usize) -> (Tensors, Vec<Fp8Host>) {
     let mut rng = SmallRng::seed_from_u64(layer as u64 + 7);
     let mut tensors = Vec::new();
     let mut hosts = Vec::new();
@@ -100,7 +96,7 @@ fn fp8_layers_load_exactly_with_partial_blocks() {
 fn fp8_bad_inputs_are_named() {
     let (h, i) = (130, 260);
     let (base, _) = layer_tensors(0, h, i);
-    let edit = |f: &dyn Fn(&mut Vec<(String, &'static str, Vec<usize>, Vec<u8>)>)| {
+    let edit = |f: &dyn Fn(&mut Tensors)| {
         let mut t = base.clone();
         f(&mut t);
         load_fp8_layer(&write("bad.safetensors", &safetensors(&t)), 0)
