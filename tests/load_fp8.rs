@@ -99,9 +99,7 @@ fn fp8_bad_inputs_are_named() {
     let edit = |f: &dyn Fn(&mut Tensors)| {
         let mut t = base.clone();
         f(&mut t);
-        load_fp8_layer(&write("bad.safetensors", &safetensors(&t)), 0)
-            .err()
-            .expect("must fail")
+        load_fp8_layer(&write("bad.safetensors", &safetensors(&t)), 0).expect_err("must fail")
     };
     // Wrong scale grid (as if the scales were per 64×64).
     let e = edit(&|t| {
