@@ -26,6 +26,7 @@ pub mod pack_fp8;
 pub mod pack_q2;
 pub mod pack_q4k;
 pub mod reference;
+pub mod shard;
 
 pub use error::{Error, Result};
 
