@@ -208,6 +208,67 @@ impl Nvfp4Host {
     }
 }
 
+/// What the ggml-style block formats (Q4_K, Q2_0) share: `values` per block of `bytes`, f16
+/// scales at the given byte offsets, and a block decoder.
+pub(crate) struct BlockFormat {
+    pub name: &'static str,
+    pub values: usize,
+    pub bytes: usize,
+    pub scales: &'static [(&'static str, usize)],
+    pub decode: fn(&[u8], &mut [f32]),
+}
+
+impl BlockFormat {
+    /// A non-empty matrix whose rows are whole blocks.
+    pub fn check_shape(&self, rows: usize, cols: usize) -> Result<()> {
+        if rows == 0 || cols == 0 || cols % self.values != 0 {
+            return Err(Error::Shape(format!(
+                "{} needs a non-empty matrix with columns a multiple of {}, got [{rows}, {cols}]",
+                self.name, self.values
+            )));
+        }
+        Ok(())
+    }
+
+    /// The byte count fits the shape, and every block's f16 scales are finite and not negative.
+    pub fn validate(&self, tensor: &str, rows: usize, cols: usize, blocks: &[u8]) -> Result<()> {
+        self.check_shape(rows, cols)?;
+        let want = rows * cols / self.values * self.bytes;
+        if blocks.len() != want {
+            return Err(Error::Shape(format!(
+                "{tensor}: {} bytes for [{rows}, {cols}], expected {want}",
+                blocks.len()
+            )));
+        }
+        for (i, b) in blocks.chunks_exact(self.bytes).enumerate() {
+            for &(name, at) in self.scales {
+                let v = denseffn_device::formats::q4k::f16_to_f32(u16::from_le_bytes([
+                    b[at],
+                    b[at + 1],
+                ]));
+                if !v.is_finite() || v < 0.0 {
+                    return Err(Error::BadWeights(format!(
+                        "{tensor}: block {i} has {name} = {v}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Row-major f32 values of `rows × cols` blocks.
+    pub fn dequantize(&self, rows: usize, cols: usize, blocks: &[u8]) -> Vec<f32> {
+        let mut out = vec![0f32; rows * cols];
+        for (b, o) in blocks
+            .chunks_exact(self.bytes)
+            .zip(out.chunks_exact_mut(self.values))
+        {
+            (self.decode)(b, o);
+        }
+        out
+    }
+}
+
 /// A quantizer's input: `rows × cols` finite values, else an error naming the first bad one.
 pub(crate) fn check_values(w: &[f32], rows: usize, cols: usize) -> Result<()> {
     if w.len() != rows * cols {

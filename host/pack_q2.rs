@@ -1,7 +1,7 @@
 //! Ternary Q2_0 on the host: a BitNet-style absmean quantizer f32 → `block_q2_0` and checks.
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::pack::BlockFormat;
 use denseffn_device::formats::q2_0::{self, BLOCK_BYTES, BLOCK_VALUES};
-use denseffn_device::formats::q4k::f16_to_f32;
 use half::f16;
 
 /// A Q2_0 matrix `[rows, cols]`: `rows · cols / 64` blocks of 18 bytes, row-major, as GGUF stores
@@ -43,52 +43,33 @@ impl Q2Host {
 
     /// Checks the size and that every block's `d` is finite and not negative.
     pub fn validate(&self, tensor: &str) -> Result<()> {
-        check(self.rows, self.cols)?;
-        let want = self.rows * self.cols / BLOCK_VALUES * BLOCK_BYTES;
-        if self.blocks.len() != want {
-            return Err(Error::Shape(format!(
-                "{tensor}: {} bytes for [{}, {}], expected {want}",
-                self.blocks.len(),
-                self.rows,
-                self.cols
-            )));
-        }
-        for (i, b) in self.blocks.chunks_exact(BLOCK_BYTES).enumerate() {
-            let d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            if !d.is_finite() || d < 0.0 {
-                return Err(Error::BadWeights(format!(
-                    "{tensor}: block {i} has d = {d}"
-                )));
-            }
-        }
-        Ok(())
+        FORMAT.validate(tensor, self.rows, self.cols, &self.blocks)
     }
 
     /// Row-major f32 values, as ggml's `dequantize_row_q2_0` gives them.
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.rows * self.cols];
-        for (b, o) in self
-            .blocks
-            .chunks_exact(BLOCK_BYTES)
-            .zip(out.chunks_exact_mut(BLOCK_VALUES))
-        {
-            q2_0::dequantize_block(b, o);
-        }
-        out
+        FORMAT.dequantize(self.rows, self.cols, &self.blocks)
     }
 }
 
 fn check(rows: usize, cols: usize) -> Result<()> {
-    if rows == 0 || cols == 0 || cols % BLOCK_VALUES != 0 {
-        return Err(Error::Shape(format!("Q2_0 needs a non-empty matrix with columns a multiple of {BLOCK_VALUES}, got [{rows}, {cols}]")));
-    }
-    Ok(())
+    FORMAT.check_shape(rows, cols)
 }
+
+const FORMAT: BlockFormat = BlockFormat {
+    name: "Q2_0",
+    values: BLOCK_VALUES,
+    bytes: BLOCK_BYTES,
+    scales: &[("d", 0)],
+    decode: q2_0::dequantize_block,
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::pack::random_activations;
+    use denseffn_device::formats::q4k::f16_to_f32;
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
 

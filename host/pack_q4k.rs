@@ -1,5 +1,6 @@
 //! Q4_K on the host: a quantizer f32 → `block_q4_K` (ggml-compatible bytes) and checks.
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::pack::BlockFormat;
 use denseffn_device::formats::q4k::{self, BLOCK_BYTES, QK_K};
 use half::f16;
 
@@ -32,51 +33,26 @@ impl Q4kHost {
 
     /// Checks the size and that `d` and `dmin` of every block are finite and not negative.
     pub fn validate(&self, tensor: &str) -> Result<()> {
-        check(self.rows, self.cols)?;
-        let want = self.rows * self.cols / QK_K * BLOCK_BYTES;
-        if self.blocks.len() != want {
-            return Err(Error::Shape(format!(
-                "{tensor}: {} bytes for [{}, {}], expected {want}",
-                self.blocks.len(),
-                self.rows,
-                self.cols
-            )));
-        }
-        for (i, b) in self.blocks.chunks_exact(BLOCK_BYTES).enumerate() {
-            for (name, at) in [("d", 0), ("dmin", 2)] {
-                let v = q4k::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]));
-                if !v.is_finite() || v < 0.0 {
-                    return Err(Error::BadWeights(format!(
-                        "{tensor}: block {i} has {name} = {v}"
-                    )));
-                }
-            }
-        }
-        Ok(())
+        FORMAT.validate(tensor, self.rows, self.cols, &self.blocks)
     }
 
     /// Row-major f32 values, as ggml's `dequantize_row_q4_K` gives them.
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.rows * self.cols];
-        for (b, o) in self
-            .blocks
-            .chunks_exact(BLOCK_BYTES)
-            .zip(out.chunks_exact_mut(QK_K))
-        {
-            q4k::dequantize_block(b, o);
-        }
-        out
+        FORMAT.dequantize(self.rows, self.cols, &self.blocks)
     }
 }
 
 fn check(rows: usize, cols: usize) -> Result<()> {
-    if rows == 0 || cols == 0 || cols % QK_K != 0 {
-        return Err(Error::Shape(format!(
-            "Q4_K needs a non-empty matrix with columns a multiple of {QK_K}, got [{rows}, {cols}]"
-        )));
-    }
-    Ok(())
+    FORMAT.check_shape(rows, cols)
 }
+
+const FORMAT: BlockFormat = BlockFormat {
+    name: "Q4_K",
+    values: QK_K,
+    bytes: BLOCK_BYTES,
+    scales: &[("d", 0), ("dmin", 2)],
+    decode: q4k::dequantize_block,
+};
 
 /// Best (scale, min) for one 32-value sub-block: `x ≈ scale·q − min`, q ∈ 0..=15, min ≥ 0.
 fn fit_sub_block(x: &[f32]) -> (f32, f32) {
@@ -179,6 +155,7 @@ fn quantize_block(x: &[f32]) -> [u8; BLOCK_BYTES] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::pack::random_activations;
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
