@@ -25,6 +25,7 @@ pub mod pack;
 pub mod pack_fp8;
 pub mod pack_q2;
 pub mod pack_q4k;
+pub mod pack_tiled;
 pub mod reference;
 pub mod shard;
 

@@ -208,3 +208,108 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
         }
     }
 }
+
+/// The FP8, BF16 and Q2_0 overlays on every path (forward, k2, k3, km m = 1..8, prefill
+/// N ∈ {1, 64, 512, 4096}), against the CPU reference backend running the same layer (sampled
+/// tokens for prefill) and, for one token, the f64 reference of the format's own values. One
+/// shape is not a multiple of 128 (FP8's partial scale blocks).
+#[test]
+fn overlays_match_cpu_reference_on_every_path() {
+    use denseffn::layer::OverlayKind;
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let ns: &[usize] = if small() {
+        &[1, 64, 130]
+    } else {
+        &[1, 64, 512, 4096]
+    };
+    let nmax = *ns.iter().max().unwrap();
+    for (h, i) in shapes(&[(4096, 14336), (4160, 14400)]) {
+        for kind in [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16] {
+            let o = OverlayHost::random(kind, h, i, (h + 7 * i) as u64);
+            let base = HostLayer::random(h, i, 3);
+            let x = activations(nmax * h, 5);
+            for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+                let (mut cl, mut gl) = (base.layer(&cpu, act), base.layer(&gpu, act));
+                o.install(&mut cl).unwrap();
+                o.install(&mut gl).unwrap();
+                let mut cc = ForwardContext::new(&cl, 8).unwrap();
+                let mut gc = ForwardContext::new(&gl, nmax).unwrap();
+                let (cx, gx) = (upload_bf16(&cpu, &x[..8 * h]), upload_bf16(&gpu, &x));
+                let mut worst = 0.0f64;
+                let mut check = |what: String, got: Vec<f64>, want: Vec<f64>| {
+                    assert!(
+                        got.iter().all(|v| v.is_finite()),
+                        "{what}: unwritten outputs"
+                    );
+                    let e = rel_l2(&got, &want);
+                    worst = worst.max(e);
+                    assert!(e <= 1e-2, "{what}: rel L2 {e}");
+                };
+                let tag = format!("{kind:?} ({h},{i}) {act:?}");
+                // forward, and the f64 reference of the format's values for that token.
+                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+                let got = download_bf16(&gpu, gl.forward(gx, &mut gc, 0).unwrap(), h);
+                let f64_err = rel_l2(&got, &o.reference(&x[..h], act));
+                assert!(f64_err <= 1e-2, "{tag} forward vs f64: {f64_err}");
+                let want = download_bf16(&cpu, cl.forward(cx, &mut cc, 0).unwrap(), h);
+                check(format!("{tag} forward"), got, want);
+                for m in 1..=8 {
+                    gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+                    let before = gpu.launch_count();
+                    let got = download_bf16(&gpu, gl.forward_km(gx, m, &mut gc, 0).unwrap(), m * h);
+                    assert_eq!(gpu.launch_count() - before, gl.km_kernels(m).len() as u64);
+                    let want =
+                        download_bf16(&cpu, cl.forward_km(cx, m, &mut cc, 0).unwrap(), m * h);
+                    check(format!("{tag} km m={m}"), got, want);
+                }
+                for k in [2usize, 3] {
+                    let run = |l: &denseffn::layer::DenseFfnLayer, c: &mut ForwardContext, p| {
+                        if k == 2 {
+                            l.forward_k2(p, c, 0)
+                        } else {
+                            l.forward_k3(p, c, 0)
+                        }
+                        .unwrap()
+                    };
+                    gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+                    let got = download_bf16(&gpu, run(&gl, &mut gc, gx), k * h);
+                    let want = download_bf16(&cpu, run(&cl, &mut cc, cx), k * h);
+                    check(format!("{tag} k{k}"), got, want);
+                }
+                for &n in ns {
+                    gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+                    let got = download_bf16(
+                        &gpu,
+                        gl.forward_prefill(gx, n, &mut gc, 0).unwrap(),
+                        nmax * h,
+                    );
+                    assert!(
+                        got[n * h..].iter().all(|v| v.is_nan()),
+                        "{tag} N={n}: wrote past the last token"
+                    );
+                    let mut sample: Vec<usize> = vec![0, 1, n / 2, n.saturating_sub(2), n - 1];
+                    sample.retain(|&t| t < n);
+                    sample.sort();
+                    sample.dedup();
+                    let xs: Vec<f32> = sample
+                        .iter()
+                        .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+                        .collect();
+                    let want = download_bf16(
+                        &cpu,
+                        cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
+                            .unwrap(),
+                        sample.len() * h,
+                    );
+                    let got_s: Vec<f64> = sample
+                        .iter()
+                        .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+                        .collect();
+                    check(format!("{tag} prefill N={n}"), got_s, want);
+                }
+                eprintln!("{tag}: forward, km 1..8, k2, k3, prefill {ns:?}: worst rel L2 vs CPU reference {worst:.2e}; forward vs f64 of the format's values {f64_err:.2e}");
+            }
+        }
+    }
+}

@@ -80,22 +80,8 @@ fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
 #[test]
 fn every_kernel_assembles_for_sm90_and_gemvs_do_not_spill() {
     let Some(k) = assemble() else { return };
-    use denseffn::layer::kernels::*;
-    for name in [
-        GATE_UP,
-        SILU_DOWN,
-        DOWN,
-        GELU_MUL,
-        SILU_MUL,
-        BATCH2_GATE_UP,
-        BATCH3_GATE_UP,
-        BATCH2_DOWN,
-        BATCH3_DOWN,
-        BATCHM,
-        BATCH8,
-        "gemm_nvfp4_t_gate_up_act",
-        "gemm_nvfp4_t_down",
-    ] {
+    // Every kernel the library dispatches to (the CPU reference executes exactly that set).
+    for &name in denseffn::backend::CpuBackend::kernels() {
         assert!(
             k.contains_key(name),
             "entry point {name} missing from the PTX; have {:?}",
@@ -104,7 +90,7 @@ fn every_kernel_assembles_for_sm90_and_gemvs_do_not_spill() {
     }
     for (name, &(stack, st, ld, regs)) in &k {
         eprintln!("{name}: {regs} registers, {stack} B stack, {st}/{ld} B spill stores/loads");
-        if name.starts_with("gemv_") || name.starts_with("gemm_") {
+        if name.contains("gemv") || name.contains("gemm") {
             assert_eq!(
                 (stack, st, ld),
                 (0, 0, 0),

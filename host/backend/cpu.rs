@@ -62,7 +62,7 @@ pub struct CpuBackend {
     capacity: Option<usize>,
     /// Allocations made so far, and the index of one that must fail (fault injection).
     allocs_made: AtomicU64,
-    fail_alloc: Option<u64>,
+    fail_alloc: AtomicU64,
     missing: HashSet<String>,
     launches: AtomicU64,
     events: Mutex<HashMap<u64, Instant>>,
@@ -86,7 +86,7 @@ impl CpuBackend {
             }),
             capacity: None,
             allocs_made: AtomicU64::new(0),
-            fail_alloc: None,
+            fail_alloc: AtomicU64::new(u64::MAX),
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
             events: Mutex::new(HashMap::new()),
@@ -104,9 +104,15 @@ impl CpuBackend {
 
     /// Fault injection: the allocation with index `n` (0-based, counted from creation) fails
     /// with `OutOfMemory`; all others succeed (within the capacity, if any).
-    pub fn failing_allocation(mut self, n: u64) -> Self {
-        self.fail_alloc = Some(n);
+    pub fn failing_allocation(self, n: u64) -> Self {
+        self.fail_allocation_at(n);
         self
+    }
+
+    /// Fault injection on a live backend: from now on the allocation with index `n` (counted
+    /// from creation, see [`CpuBackend::allocations_attempted`]) fails with `OutOfMemory`.
+    pub fn fail_allocation_at(&self, n: u64) {
+        self.fail_alloc.store(n, Ordering::Relaxed);
     }
 
     /// Allocations attempted so far (successful or not).
@@ -156,7 +162,7 @@ impl GpuBackend for CpuBackend {
         }
         let index = self.allocs_made.fetch_add(1, Ordering::Relaxed);
         let mut m = self.lock();
-        if self.fail_alloc == Some(index) {
+        if self.fail_alloc.load(Ordering::Relaxed) == index {
             return Err(Error::OutOfMemory {
                 requested: bytes,
                 free: 0,

@@ -5,6 +5,7 @@ use super::cpu::Memory;
 use super::Launch;
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
+use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{source, ElementwiseParams, GemmParams, GemvParams, ParamBlock};
 use half::bf16;
 
@@ -23,12 +24,64 @@ pub(crate) const KERNELS: &[&str] = &[
     "silu_mul",
     "gemm_nvfp4_t_gate_up_act",
     "gemm_nvfp4_t_down",
+    "bf16_gemv_gate_up",
+    "bf16_gemv",
+    "bf16_gemm_gate_up_act",
+    "bf16_gemm",
+    "w8a16_gemv_gate_up",
+    "w8a16_gemv",
+    "w8a16_gemm_gate_up_act",
+    "w8a16_gemm",
+    "q2_0_gemv_gate_up",
+    "q2_0_gemv",
+    "q2_0_gemm_gate_up_act",
+    "q2_0_gemm",
 ];
+
+/// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
+fn format_of(kernel: &str) -> Format {
+    match kernel.split('_').next() {
+        Some("bf16") => Format::Tiled(TileFormat::F16),
+        Some("w8a16") => Format::Tiled(TileFormat::Fp8),
+        Some("q2") => Format::Tiled(TileFormat::Q2),
+        _ => Format::Nvfp4,
+    }
+}
+
+/// A tiled weight layout the reference can decode.
+#[derive(Clone, Copy)]
+enum Format {
+    Nvfp4,
+    Tiled(TileFormat),
+}
+
+impl Format {
+    fn tile_bytes(self) -> (usize, usize) {
+        match self {
+            Format::Nvfp4 => (TILE_CODE_BYTES, TILE_SCALE_BYTES),
+            Format::Tiled(f) => (f.code_bytes(), f.scale_bytes()),
+        }
+    }
+
+    fn decode_tile(self, codes: &[u8], scales: &[u8], out: &mut [[f32; TILE_K]; TILE_ROWS]) {
+        match self {
+            Format::Nvfp4 => nvfp4::decode_tile(codes, scales, out),
+            Format::Tiled(f) => f.decode_tile(codes, scales, out),
+        }
+    }
+
+    /// (code, scale) bytes of an `n × k` matrix.
+    fn bytes(self, n: usize, k: usize) -> (usize, usize) {
+        let tiles = (n / TILE_ROWS) * (k / TILE_K);
+        let (c, s) = self.tile_bytes();
+        (tiles * c, tiles * s)
+    }
+}
 
 pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
     match l.kernel {
-        k if k.starts_with("gemv_") => gemv(mem, &params(l)?),
-        k if k.starts_with("gemm_") => gemm(mem, &params(l)?),
+        k if k.contains("gemv") => gemv(mem, &params(l)?, format_of(k)),
+        k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "silu_mul" => elementwise(mem, &params(l)?, silu),
         other => Err(Error::MissingKernel(other.into())),
@@ -104,7 +157,7 @@ fn activations(mem: &Memory, p: &GemvParams) -> Result<Vec<f64>> {
     })
 }
 
-fn gemv(mem: &mut Memory, p: &GemvParams) -> Result<()> {
+fn gemv(mem: &mut Memory, p: &GemvParams, format: Format) -> Result<()> {
     let (n, k, m) = (p.n as usize, p.k as usize, p.m as usize);
     if n == 0
         || n % TILE_ROWS != 0
@@ -125,9 +178,10 @@ fn gemv(mem: &mut Memory, p: &GemvParams) -> Result<()> {
     ];
     let count = if p.w1 != 0 { 2 } else { 1 };
     for &(w, s, gscale, out) in &projs[..count] {
-        let codes = mem.read(w, n * k / 2)?;
-        let scales = mem.read(s, n * k / nvfp4::GROUP)?;
-        let y = gemv_tiled(codes, scales, gscale, n, k, m, &act);
+        let (cb, sb) = format.bytes(n, k);
+        let codes = mem.read(w, cb)?;
+        let scales = if sb > 0 { mem.read(s, sb)? } else { &[] };
+        let y = gemv_tiled(format, codes, scales, gscale, n, k, m, &act);
         if p.out_bf16 != 0 {
             let b: Vec<u16> = y.iter().map(|&v| bf16::from_f64(v).to_bits()).collect();
             mem.write(out, n * m * 2)?
@@ -141,8 +195,10 @@ fn gemv(mem: &mut Memory, p: &GemvParams) -> Result<()> {
     Ok(())
 }
 
-/// `y[t][row] = Σ_k W[row][k]·act[t][k]` over a tiled NVFP4 matrix, row tiles spread over threads.
+/// `y[t][row] = Σ_k W[row][k]·act[t][k]` over a tiled matrix, row tiles spread over threads.
+#[allow(clippy::too_many_arguments)]
 fn gemv_tiled(
+    format: Format,
     codes: &[u8],
     scales: &[u8],
     gscale: f32,
@@ -164,14 +220,11 @@ fn gemv_tiled(
                     let (rt0, rt1) = (i * per, ((i + 1) * per).min(row_tiles));
                     let mut part = vec![0.0f64; (rt1.saturating_sub(rt0)) * TILE_ROWS * m];
                     let mut tile = [[0.0f32; TILE_K]; TILE_ROWS];
+                    let (cb, sb) = format.tile_bytes();
                     for rt in rt0..rt1 {
                         for kt in 0..k_tiles {
                             let t = rt * k_tiles + kt;
-                            nvfp4::decode_tile(
-                                &codes[t * TILE_CODE_BYTES..],
-                                &scales[t * TILE_SCALE_BYTES..],
-                                &mut tile,
-                            );
+                            format.decode_tile(&codes[t * cb..], &scales[t * sb..], &mut tile);
                             for (r, wrow) in tile.iter().enumerate() {
                                 for tok in 0..m {
                                     let a = &act[tok * k + kt * TILE_K..][..TILE_K];
@@ -202,7 +255,7 @@ fn gemv_tiled(
 
 /// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out); with two projections
 /// `act(gate)·up`, rounded to bf16 as the GPU epilogue does.
-fn gemm(mem: &mut Memory, p: &GemmParams) -> Result<()> {
+fn gemm(mem: &mut Memory, p: &GemmParams, format: Format) -> Result<()> {
     let (n, k, t) = (p.n as usize, p.k as usize, p.tokens as usize);
     if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || t == 0 {
         return Err(Error::Invalid(format!("gemm: n={n} k={k} tokens={t}")));
@@ -212,10 +265,12 @@ fn gemm(mem: &mut Memory, p: &GemmParams) -> Result<()> {
         .into_iter()
         .map(|b| bf16::from_bits(b).to_f64())
         .collect();
+    let (cb, sb) = format.bytes(n, k);
     let proj = |mem: &Memory, w: u64, s: u64, g: f32| -> Result<Vec<f64>> {
         Ok(gemv_tiled(
-            mem.read(w, n * k / 2)?,
-            mem.read(s, n * k / nvfp4::GROUP)?,
+            format,
+            mem.read(w, cb)?,
+            if sb > 0 { mem.read(s, sb)? } else { &[] },
             g,
             n,
             k,

@@ -11,7 +11,7 @@ pub struct Footprint {
     pub t_copies: usize,
     /// Load-time materialized copies for MMQ prefill arms (none exist yet: always 0).
     pub mmq_copies: usize,
-    /// Overlay weights (FP8, BF16, Q2_0, LoRA; none exist yet: always 0).
+    /// Overlay weights (FP8, BF16, Q2_0).
     pub overlays: usize,
 }
 
@@ -29,6 +29,7 @@ impl DenseFfnLayer {
         Footprint {
             decode_weights: w.decode_bytes(),
             t_copies: w.t_bytes(),
+            overlays: self.overlays.bytes(),
             ..Default::default()
         }
     }

@@ -2,12 +2,14 @@
 //! choice of kernels per call.
 mod context;
 mod footprint;
+mod overlay;
 pub mod plan;
 mod prefill;
 mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
+pub use overlay::{DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, TiledWeight};
 pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
@@ -53,6 +55,111 @@ pub mod kernels {
     pub const BATCH8: &str = "gemv_batch8_nvfp4";
 }
 
+/// The decode / verify / km kernels of one weight set (NVFP4 or an overlay format).
+#[derive(Debug, PartialEq, Eq)]
+pub struct KernelSet {
+    /// Dual gate+up GEMV (1 token).
+    pub gate_up: &'static str,
+    /// Down GEMV with silu(g)·u computed while staging.
+    pub silu_down: &'static str,
+    /// Down GEMV over an activated f32 input.
+    pub down: &'static str,
+    /// Dual gate+up GEMV for 2 / 3 tokens.
+    pub batch_gate_up: [&'static str; 2],
+    /// Down GEMV for 2 / 3 tokens.
+    pub batch_down: [&'static str; 2],
+    /// One projection, m ≤ 4 tokens.
+    pub batchm: &'static str,
+    /// One projection, 5 ≤ m ≤ 8 tokens.
+    pub batch8: &'static str,
+}
+
+impl KernelSet {
+    /// The NVFP4 decode kernels (`kernels::*`).
+    pub const NVFP4: KernelSet = KernelSet {
+        gate_up: kernels::GATE_UP,
+        silu_down: kernels::SILU_DOWN,
+        down: kernels::DOWN,
+        batch_gate_up: [kernels::BATCH2_GATE_UP, kernels::BATCH3_GATE_UP],
+        batch_down: [kernels::BATCH2_DOWN, kernels::BATCH3_DOWN],
+        batchm: kernels::BATCHM,
+        batch8: kernels::BATCH8,
+    };
+
+    /// An overlay format's kernels: one dual and one single-projection GEMV serve every m ≤ 8
+    /// and every activation source, so the same names fill several roles.
+    const fn overlay(dual: &'static str, single: &'static str) -> KernelSet {
+        KernelSet {
+            gate_up: dual,
+            silu_down: single,
+            down: single,
+            batch_gate_up: [dual, dual],
+            batch_down: [single, single],
+            batchm: single,
+            batch8: single,
+        }
+    }
+
+    /// The Q2_0 overlay's kernels.
+    pub const Q2: KernelSet = KernelSet::overlay("q2_0_gemv_gate_up", "q2_0_gemv");
+    /// The FP8 overlay's kernels (W8A16: FP8 weights, bf16 activations).
+    pub const FP8: KernelSet = KernelSet::overlay("w8a16_gemv_gate_up", "w8a16_gemv");
+    /// The BF16 overlay's decode kernels.
+    pub const BF16: KernelSet = KernelSet::overlay("bf16_gemv_gate_up", "bf16_gemv");
+
+    /// The kernels of a weight set.
+    pub fn of(overlay: Option<OverlayKind>) -> &'static KernelSet {
+        match overlay {
+            None => &KernelSet::NVFP4,
+            Some(OverlayKind::Q2) => &KernelSet::Q2,
+            Some(OverlayKind::Fp8) => &KernelSet::FP8,
+            Some(OverlayKind::Bf16) => &KernelSet::BF16,
+        }
+    }
+}
+
+/// One projection as the kernels see it: tiled codes and scales, the per-tensor factor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proj {
+    pub codes: u64,
+    pub scales: u64,
+    pub global: f32,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl From<&Nvfp4Weight> for Proj {
+    fn from(w: &Nvfp4Weight) -> Proj {
+        Proj {
+            codes: w.codes.ptr().0,
+            scales: w.scales.ptr().0,
+            global: w.global,
+            rows: w.rows,
+            cols: w.cols,
+        }
+    }
+}
+
+impl From<&TiledWeight> for Proj {
+    fn from(w: &TiledWeight) -> Proj {
+        Proj {
+            codes: w.codes.ptr().0,
+            scales: w.scales.as_ref().map_or(0, |s| s.ptr().0),
+            global: w.global,
+            rows: w.rows,
+            cols: w.cols,
+        }
+    }
+}
+
+/// The weights and kernels a decode-family call runs.
+struct Route {
+    set: &'static KernelSet,
+    gate: Proj,
+    up: Proj,
+    down: Proj,
+}
+
 /// A dense FFN layer on one device.
 ///
 /// Inputs and outputs are bf16 `[tokens][hidden]` device buffers; accumulation is f32.
@@ -66,6 +173,7 @@ pub struct DenseFfnLayer {
     weights: DenseFfnWeights,
     activation: FfnActivation,
     gpu: Arc<dyn GpuBackend>,
+    overlays: overlay::Overlays,
 }
 
 impl DenseFfnLayer {
@@ -97,6 +205,7 @@ impl DenseFfnLayer {
             weights,
             activation,
             gpu,
+            overlays: Default::default(),
         })
     }
 
@@ -125,12 +234,37 @@ impl DenseFfnLayer {
         &self.gpu
     }
 
+    /// The weights and kernels of decode, verify and km: the active overlay's, else NVFP4's.
+    fn route(&self) -> Route {
+        match self.overlays.active() {
+            Some(o) => Route {
+                set: KernelSet::of(Some(o.kind)),
+                gate: (&o.gate).into(),
+                up: (&o.up).into(),
+                down: (&o.down).into(),
+            },
+            None => Route {
+                set: &KernelSet::NVFP4,
+                gate: (&self.weights.gate).into(),
+                up: (&self.weights.up).into(),
+                down: (&self.weights.down).into(),
+            },
+        }
+    }
+
+    /// Whether the small-batch paths (k2, k3, km) go through [`DenseFfnLayer::forward_prefill`]
+    /// (a BF16 overlay on top: its prefill GEMM reads the weights once for all rows).
+    fn small_batch_via_prefill(&self) -> bool {
+        self.active_overlay() == Some(OverlayKind::Bf16)
+    }
+
     /// Kernels `forward` launches, in order: SiLU 2 (gate_up, silu_down), GELU 3 (gate_up,
-    /// gelu_mul, down).
-    pub fn decode_kernels(&self) -> &'static [&'static str] {
+    /// gelu_mul, down), of the active weight set.
+    pub fn decode_kernels(&self) -> Vec<&'static str> {
+        let k = self.route().set;
         match self.activation {
-            FfnActivation::Silu => &[kernels::GATE_UP, kernels::SILU_DOWN],
-            FfnActivation::Gelu => &[kernels::GATE_UP, kernels::GELU_MUL, kernels::DOWN],
+            FfnActivation::Silu => vec![k.gate_up, k.silu_down],
+            FfnActivation::Gelu => vec![k.gate_up, kernels::GELU_MUL, k.down],
         }
     }
 
@@ -144,7 +278,7 @@ impl DenseFfnLayer {
     ) -> Result<DevicePtr> {
         self.check_ctx(ctx)?;
         self.check_input(input, 1)?;
-        self.require(self.decode_kernels())?;
+        self.require(&self.decode_kernels())?;
         self.decode_into(input, ctx.out.ptr(), 1, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
@@ -159,7 +293,7 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<DevicePtr> {
         self.check_call("forward_batched", input, num_tokens, ctx)?;
-        self.require(self.decode_kernels())?;
+        self.require(&self.decode_kernels())?;
         let row = self.hidden() * 2;
         for t in 0..num_tokens {
             self.decode_into(
@@ -173,25 +307,32 @@ impl DenseFfnLayer {
         Ok(ctx.out.ptr())
     }
 
-    /// Kernels [`DenseFfnLayer::forward_k2`] / `forward_k3` launch (`k` = 2 or 3), in order.
-    pub fn verify_kernels(&self, k: usize) -> [&'static str; 3] {
-        let (gu, down) = if k == 2 {
-            (kernels::BATCH2_GATE_UP, kernels::BATCH2_DOWN)
-        } else {
-            (kernels::BATCH3_GATE_UP, kernels::BATCH3_DOWN)
-        };
-        [gu, self.act_kernel(), down]
+    /// Kernels [`DenseFfnLayer::forward_k2`] / `forward_k3` launch (`k` = 2 or 3), in order:
+    /// 3 (dual batch GEMV, activation·up, batch down), or the prefill arm's 2 for a BF16 layer.
+    pub fn verify_kernels(&self, k: usize) -> Vec<&'static str> {
+        if self.small_batch_via_prefill() {
+            return self.prefill_kernels();
+        }
+        let set = self.route().set;
+        let i = usize::from(k != 2);
+        vec![set.batch_gate_up[i], self.act_kernel(), set.batch_down[i]]
     }
 
     /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches; the
-    /// batch8 kernel for m = 5..=8).
-    pub fn km_kernels(&self, m: usize) -> [&'static str; 4] {
-        let g = if m > 4 {
-            kernels::BATCH8
-        } else {
-            kernels::BATCHM
-        };
-        [g, g, self.act_kernel(), g]
+    /// batch8 kernel for m = 5..=8), or the prefill arm's 2 for a BF16 layer.
+    pub fn km_kernels(&self, m: usize) -> Vec<&'static str> {
+        if self.small_batch_via_prefill() {
+            return self.prefill_kernels();
+        }
+        let set = self.route().set;
+        let g = if m > 4 { set.batch8 } else { set.batchm };
+        vec![g, g, self.act_kernel(), g]
+    }
+
+    fn prefill_kernels(&self) -> Vec<&'static str> {
+        self.prefill_arm()
+            .map(|a| a.kernels().to_vec())
+            .unwrap_or_default()
     }
 
     fn act_kernel(&self) -> &'static str {
@@ -231,12 +372,19 @@ impl DenseFfnLayer {
     ) -> Result<DevicePtr> {
         self.check_ctx(ctx)?;
         self.check_input(input, k)?;
+        if self.small_batch_via_prefill() {
+            return self.forward_prefill(input, k, ctx, stream);
+        }
         let names = self.verify_kernels(k);
         self.require(&names)?;
-        let w = &self.weights;
-        self.launch_gemv(names[0], &mut self.gate_up_params(input, k, ctx), stream)?;
+        let r = self.route();
+        self.launch_gemv(
+            names[0],
+            &mut self.gate_up_params(&r, input, k, ctx),
+            stream,
+        )?;
         self.launch_act(k, ctx, stream)?;
-        let mut down = self.gemv_params(&w.down, ctx.a.ptr(), ctx.out.ptr(), k, ctx);
+        let mut down = self.gemv_params(&r.down, ctx.a.ptr(), ctx.out.ptr(), k, ctx);
         down.source = source::F32;
         down.out_bf16 = 1;
         self.launch_gemv(names[2], &mut down, stream)?;
@@ -244,10 +392,14 @@ impl DenseFfnLayer {
     }
 
     /// Whether [`DenseFfnLayer::forward_km`] can run `m` tokens: exactly when 1 ≤ m ≤ 8, its
-    /// kernels are in the loaded module, and the NVFP4 decode weights are loaded.
+    /// kernels are in the loaded module, and the weights it reads are loaded (the NVFP4 decode
+    /// weights, which a layer always holds, or the active overlay; for a BF16 layer, its prefill
+    /// arm).
     pub fn can_forward_km(&self, m: usize) -> bool {
+        let names = self.km_kernels(m);
         (1..=MAX_GEMV_TOKENS).contains(&m)
-            && self.km_kernels(m).iter().all(|k| self.gpu.has_kernel(k))
+            && !names.is_empty()
+            && names.iter().all(|k| self.gpu.has_kernel(k))
     }
 
     /// `m` ≤ 8 tokens (bf16 `[m][hidden]`): batched gate + batched up + activation·up + batched
@@ -268,21 +420,24 @@ impl DenseFfnLayer {
         }
         self.check_ctx(ctx)?;
         self.check_input(input, m)?;
+        if self.small_batch_via_prefill() {
+            return self.forward_prefill(input, m, ctx, stream);
+        }
         let names = self.km_kernels(m);
         self.require(&names)?;
-        let w = &self.weights;
+        let r = self.route();
         self.launch_gemv(
             names[0],
-            &mut self.gemv_params(&w.gate, input, ctx.g.ptr(), m, ctx),
+            &mut self.gemv_params(&r.gate, input, ctx.g.ptr(), m, ctx),
             stream,
         )?;
         self.launch_gemv(
             names[1],
-            &mut self.gemv_params(&w.up, input, ctx.u.ptr(), m, ctx),
+            &mut self.gemv_params(&r.up, input, ctx.u.ptr(), m, ctx),
             stream,
         )?;
         self.launch_act(m, ctx, stream)?;
-        let mut down = self.gemv_params(&w.down, ctx.a.ptr(), ctx.out.ptr(), m, ctx);
+        let mut down = self.gemv_params(&r.down, ctx.a.ptr(), ctx.out.ptr(), m, ctx);
         down.source = source::F32;
         down.out_bf16 = 1;
         self.launch_gemv(names[3], &mut down, stream)?;
@@ -292,15 +447,15 @@ impl DenseFfnLayer {
     /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
     fn gemv_params(
         &self,
-        w: &Nvfp4Weight,
+        w: &Proj,
         input: DevicePtr,
         out: DevicePtr,
         m: usize,
         ctx: &ForwardContext,
     ) -> GemvParams {
         GemvParams {
-            w0: w.codes.ptr().0,
-            s0: w.scales.ptr().0,
+            w0: w.codes,
+            s0: w.scales,
             act0: input.0,
             out0: out.0,
             ws: ctx.ws.ptr().0,
@@ -315,14 +470,19 @@ impl DenseFfnLayer {
     }
 
     /// Parameters of the dual gate+up GEMV: g and u (f32) into the context.
-    fn gate_up_params(&self, input: DevicePtr, m: usize, ctx: &ForwardContext) -> GemvParams {
-        let w = &self.weights;
+    fn gate_up_params(
+        &self,
+        r: &Route,
+        input: DevicePtr,
+        m: usize,
+        ctx: &ForwardContext,
+    ) -> GemvParams {
         GemvParams {
-            w1: w.up.codes.ptr().0,
-            s1: w.up.scales.ptr().0,
-            gscale1: w.up.global,
+            w1: r.up.codes,
+            s1: r.up.scales,
+            gscale1: r.up.global,
             out1: ctx.u.ptr().0,
-            ..self.gemv_params(&w.gate, input, ctx.g.ptr(), m, ctx)
+            ..self.gemv_params(&r.gate, input, ctx.g.ptr(), m, ctx)
         }
     }
 
@@ -365,25 +525,25 @@ impl DenseFfnLayer {
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
-        let w = &self.weights;
+        let r = self.route();
         self.launch_gemv(
-            kernels::GATE_UP,
-            &mut self.gate_up_params(input, m, ctx),
+            r.set.gate_up,
+            &mut self.gate_up_params(&r, input, m, ctx),
             stream,
         )?;
-        let mut down = self.gemv_params(&w.down, ctx.g.ptr(), out, m, ctx);
+        let mut down = self.gemv_params(&r.down, ctx.g.ptr(), out, m, ctx);
         down.out_bf16 = 1;
         let kernel = match self.activation {
             FfnActivation::Silu => {
                 down.act1 = ctx.u.ptr().0;
                 down.source = source::SILU_F32;
-                kernels::SILU_DOWN
+                r.set.silu_down
             }
             FfnActivation::Gelu => {
                 self.launch_act(m, ctx, stream)?;
                 down.act0 = ctx.a.ptr().0;
                 down.source = source::F32;
-                kernels::DOWN
+                r.set.down
             }
         };
         self.launch_gemv(kernel, &mut down, stream)

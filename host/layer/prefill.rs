@@ -4,9 +4,15 @@
 //!
 //! | priority | arm | runs when | kernels |
 //! |---|---|---|---|
-//! | 1 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
+//! | 1 | `q2_0_gemm` | a Q2_0 overlay is installed | `q2_0_gemm_gate_up_act`, `q2_0_gemm` |
+//! | 2 | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
+//! | 3 | `bf16_gemm` | a BF16 overlay is installed | `bf16_gemm_gate_up_act`, `bf16_gemm` |
+//! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
 //! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
-use super::{DenseFfnLayer, FfnActivation, ForwardContext, Nvfp4Weight};
+//!
+//! Every arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different tiled
+//! format; gate and up run in one pass with the activation fused, then down: 2 launches.
+use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::params::{
@@ -22,6 +28,12 @@ pub enum PrefillArm {
     /// bf16 tensor-core GEMM over the NVFP4 `_t` copies, dequantized per 16 columns in
     /// registers; gate and up in one pass with the activation fused; 2 launches.
     Nvfp4TM128,
+    /// The same GEMM over the Q2_0 overlay's 2-bit tiles.
+    Q2Gemm,
+    /// The same GEMM over the FP8 overlay's E4M3 tiles (W8A16).
+    Fp8Gemm,
+    /// The same GEMM over the BF16 overlay's f16 tiles.
+    Bf16Gemm,
 }
 
 impl PrefillArm {
@@ -29,6 +41,9 @@ impl PrefillArm {
     pub fn name(self) -> &'static str {
         match self {
             PrefillArm::Nvfp4TM128 => "nvfp4_t_m128",
+            PrefillArm::Q2Gemm => "q2_0_gemm",
+            PrefillArm::Fp8Gemm => "w8a16_gemm",
+            PrefillArm::Bf16Gemm => "bf16_gemm",
         }
     }
 
@@ -36,6 +51,9 @@ impl PrefillArm {
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
             PrefillArm::Nvfp4TM128 => &["gemm_nvfp4_t_gate_up_act", "gemm_nvfp4_t_down"],
+            PrefillArm::Q2Gemm => &["q2_0_gemm_gate_up_act", "q2_0_gemm"],
+            PrefillArm::Fp8Gemm => &["w8a16_gemm_gate_up_act", "w8a16_gemm"],
+            PrefillArm::Bf16Gemm => &["bf16_gemm_gate_up_act", "bf16_gemm"],
         }
     }
 }
@@ -43,6 +61,12 @@ impl PrefillArm {
 impl DenseFfnLayer {
     /// The arm [`DenseFfnLayer::forward_prefill`] would run now (the dispatch table above).
     pub fn prefill_arm(&self) -> Result<PrefillArm> {
+        match self.active_overlay() {
+            Some(OverlayKind::Q2) => return Ok(PrefillArm::Q2Gemm),
+            Some(OverlayKind::Fp8) => return Ok(PrefillArm::Fp8Gemm),
+            Some(OverlayKind::Bf16) => return Ok(PrefillArm::Bf16Gemm),
+            None => {}
+        }
         let w = self.weights();
         if w.gate_t.is_some() && w.up_t.is_some() && w.down_t.is_some() {
             return Ok(PrefillArm::Nvfp4TM128);
@@ -70,9 +94,8 @@ impl DenseFfnLayer {
         } else {
             None
         };
-        match arm {
-            PrefillArm::Nvfp4TM128 => self.prefill_nvfp4_t(input, num_tokens, ctx, stream)?,
-        }
+        let (gate, up, down) = self.prefill_weights(arm)?;
+        self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
         if let Some(start) = start {
             let end = self.gpu().record_event(stream)?;
             let us = self.gpu().elapsed_ms(start, end)? as f64 * 1e3;
@@ -81,36 +104,55 @@ impl DenseFfnLayer {
         Ok(ctx.out.ptr())
     }
 
-    fn prefill_nvfp4_t(
+    /// The weights `arm` reads.
+    fn prefill_weights(&self, arm: PrefillArm) -> Result<(Proj, Proj, Proj)> {
+        let overlay = |kind: OverlayKind| {
+            self.overlays
+                .active()
+                .filter(|o| o.kind == kind)
+                .map(|o| ((&o.gate).into(), (&o.up).into(), (&o.down).into()))
+                .ok_or_else(|| Error::Unsupported(format!("prefill: no {} overlay", kind.name())))
+        };
+        match arm {
+            PrefillArm::Q2Gemm => overlay(OverlayKind::Q2),
+            PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
+            PrefillArm::Bf16Gemm => overlay(OverlayKind::Bf16),
+            PrefillArm::Nvfp4TM128 => {
+                let w = self.weights();
+                match (&w.gate_t, &w.up_t, &w.down_t) {
+                    (Some(g), Some(u), Some(d)) => Ok((g.into(), u.into(), d.into())),
+                    _ => Err(Error::Unsupported("prefill: `_t` copies missing".into())),
+                }
+            }
+        }
+    }
+
+    /// Gate+up with the activation fused, then down: the arm's 2 launches.
+    fn prefill_gemm(
         &self,
+        arm: PrefillArm,
+        [gate, up, down]: [Proj; 3],
         input: DevicePtr,
         n: usize,
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
-        let w = self.weights();
-        let missing = || Error::Unsupported("prefill: `_t` copies missing".into());
-        let (gate, up, down) = (
-            w.gate_t.as_ref().ok_or_else(missing)?,
-            w.up_t.as_ref().ok_or_else(missing)?,
-            w.down_t.as_ref().ok_or_else(missing)?,
-        );
         let act = match self.activation() {
             FfnActivation::Silu => 1,
             FfnActivation::Gelu => 2,
         };
-        let kernels = PrefillArm::Nvfp4TM128.kernels();
+        let kernels = arm.kernels();
         let gu = GemmParams {
-            w1: up.codes.ptr().0,
-            s1: up.scales.ptr().0,
+            w1: up.codes,
+            s1: up.scales,
             gscale1: up.global,
             act,
-            ..gemm_params(gate, input, ctx.prefill_act.ptr(), n)
+            ..gemm_params(&gate, input, ctx.prefill_act.ptr(), n)
         };
         self.launch_gemm(kernels[0], &gu, stream)?;
         self.launch_gemm(
             kernels[1],
-            &gemm_params(down, ctx.prefill_act.ptr(), ctx.out.ptr(), n),
+            &gemm_params(&down, ctx.prefill_act.ptr(), ctx.out.ptr(), n),
             stream,
         )
     }
@@ -136,10 +178,10 @@ impl DenseFfnLayer {
     }
 }
 
-fn gemm_params(w: &Nvfp4Weight, x: DevicePtr, out: DevicePtr, tokens: usize) -> GemmParams {
+fn gemm_params(w: &Proj, x: DevicePtr, out: DevicePtr, tokens: usize) -> GemmParams {
     GemmParams {
-        w0: w.codes.ptr().0,
-        s0: w.scales.ptr().0,
+        w0: w.codes,
+        s0: w.scales,
         x: x.0,
         out: out.0,
         gscale0: w.global,

@@ -97,3 +97,85 @@ pub fn download_bf16(gpu: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> Vec<f
 pub fn activations(len: usize, seed: u64) -> Vec<f32> {
     random_activations(len, &mut SmallRng::seed_from_u64(seed))
 }
+
+/// Host copies of one overlay's weights (random, from Gaussian f32), and their exact values.
+pub struct OverlayHost {
+    pub kind: denseffn::layer::OverlayKind,
+    pub hidden: usize,
+    pub inter: usize,
+    parts: OverlayParts,
+}
+
+enum OverlayParts {
+    Fp8([denseffn::layer::Fp8Weight; 3]),
+    Bf16([denseffn::layer::DenseWeight; 3]),
+    Q2([denseffn::layer::PackedQ2Weight; 3]),
+}
+
+impl OverlayHost {
+    /// Random weights of `kind` for a `hidden × inter` layer (scaled so activations stay O(1)).
+    pub fn random(
+        kind: denseffn::layer::OverlayKind,
+        hidden: usize,
+        inter: usize,
+        seed: u64,
+    ) -> Self {
+        use denseffn::layer::{DenseWeight, OverlayKind};
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut w = |r: usize, c: usize| -> Vec<f32> {
+            let s = 1.5 / (c as f32).sqrt();
+            random_activations(r * c, &mut rng)
+                .into_iter()
+                .map(|v| v * s)
+                .collect()
+        };
+        let shapes = [(inter, hidden), (inter, hidden), (hidden, inter)];
+        let vals: Vec<Vec<f32>> = shapes.iter().map(|&(r, c)| w(r, c)).collect();
+        let parts = match kind {
+            OverlayKind::Fp8 => OverlayParts::Fp8(std::array::from_fn(|i| {
+                denseffn::pack_fp8::Fp8Host::quantize(&vals[i], shapes[i].0, shapes[i].1).unwrap()
+            })),
+            OverlayKind::Bf16 => OverlayParts::Bf16(std::array::from_fn(|i| DenseWeight {
+                rows: shapes[i].0,
+                cols: shapes[i].1,
+                data: vals[i].iter().map(|&v| bf16::from_f32(v)).collect(),
+            })),
+            OverlayKind::Q2 => OverlayParts::Q2(std::array::from_fn(|i| {
+                denseffn::pack_q2::Q2Host::quantize_ternary(&vals[i], shapes[i].0, shapes[i].1)
+                    .unwrap()
+            })),
+        };
+        OverlayHost {
+            kind,
+            hidden,
+            inter,
+            parts,
+        }
+    }
+
+    /// Installs the overlay on `layer`.
+    pub fn install(&self, layer: &mut DenseFfnLayer) -> Result<(), denseffn::Error> {
+        match &self.parts {
+            OverlayParts::Fp8([g, u, d]) => layer.set_fp8_weights(g, u, d),
+            OverlayParts::Bf16([g, u, d]) => layer.set_bf16_weights(g, u, d),
+            OverlayParts::Q2([g, u, d]) => layer.set_q2_weights(g, u, d),
+        }
+    }
+
+    /// The exact values of gate, up, down as the format defines them (row-major f32).
+    pub fn values(&self) -> [Vec<f32>; 3] {
+        match &self.parts {
+            OverlayParts::Fp8(p) => std::array::from_fn(|i| p[i].dequantize()),
+            OverlayParts::Bf16(p) => {
+                std::array::from_fn(|i| p[i].data.iter().map(|v| v.to_f32()).collect())
+            }
+            OverlayParts::Q2(p) => std::array::from_fn(|i| p[i].dequantize()),
+        }
+    }
+
+    /// The f64 reference for `x` (`[m][hidden]`).
+    pub fn reference(&self, x: &[f32], act: FfnActivation) -> Vec<f64> {
+        let [g, u, d] = self.values();
+        denseffn::reference::ffn_f64(&g, &u, &d, self.hidden, self.inter, x, act)
+    }
+}

@@ -103,3 +103,14 @@ pub fn f16x2_to_bf16x2(h: u32) -> u32 {
     };
     r
 }
+
+/// Packed f16x2 difference.
+#[inline(always)]
+pub fn hsub2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("sub.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(nostack, pure, nomem))
+    };
+    r
+}

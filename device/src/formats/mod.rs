@@ -5,3 +5,4 @@ pub mod e4m3;
 pub mod nvfp4;
 pub mod q2_0;
 pub mod q4k;
+pub mod tiles;

@@ -33,5 +33,5 @@ pub unsafe extern "ptx-kernel" fn gelu_mul(p: ElementwiseParams) {
 /// `out = silu(g) * u`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn silu_mul(p: ElementwiseParams) {
-    apply(&p, super::gemv_nvfp4::silu)
+    apply(&p, super::gemv::silu)
 }

@@ -1,5 +1,40 @@
-//! The kernels, one file per operation family. Each family is one generic body; the
-//! `#[no_mangle] extern "ptx-kernel"` entry points (named op_format_variant) instantiate it.
+//! The kernels, one file per operation family. Each family is one generic body over a weight
+//! format ([`tiles::Tiles`]); the `#[no_mangle] extern "ptx-kernel"` entry points (named
+//! op_format_variant) instantiate it.
+
+/// Repeats `$body` with `$f` bound to the constants 0..8, so arrays indexed by it are only
+/// ever indexed by constants and stay in registers (a loop LLVM declines to unroll would put
+/// them in local memory).
+macro_rules! unroll8 {
+    ($f:ident => $body:block) => {{
+        unroll4!($f, 0 => $body);
+        unroll4!($f, 4 => $body);
+    }};
+}
+
+/// Repeats `$body` with `$f` bound to the constants `$base..$base + 4`.
+macro_rules! unroll4 {
+    ($f:ident, $base:literal => $body:block) => {{
+        {
+            const $f: usize = $base;
+            $body
+        }
+        {
+            const $f: usize = $base + 1;
+            $body
+        }
+        {
+            const $f: usize = $base + 2;
+            $body
+        }
+        {
+            const $f: usize = $base + 3;
+            $body
+        }
+    }};
+}
+
 pub mod elementwise;
-pub mod gemm_nvfp4;
-pub mod gemv_nvfp4;
+pub mod gemm;
+pub mod gemv;
+pub mod tiles;

@@ -1,4 +1,5 @@
-//! NVFP4 prefill GEMM on bf16 tensor cores: `Y[t] = W·X[t]` for many tokens.
+//! Prefill GEMM on bf16 tensor cores: `Y[t] = W·X[t]` for many tokens, generic over the tiled
+//! weight format ([`Tiles`]).
 //!
 //! Each warp owns `RT` 16-row tiles × `8·NF` tokens (`NF` `m16n8k16` column fragments), so every
 //! B fragment read from shared memory feeds `RT` (×2 for gate+up) products; a block is 8 warps
@@ -9,70 +10,19 @@
 //! while the current one is multiplied. The dual kernel (gate+up) applies the activation in its
 //! epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
-use super::gemv_nvfp4::{fragments, silu};
+use super::gemv::silu;
+use super::tiles::{Fp8, Nvfp4, Tiles, F16, Q2};
 use crate::dsl::*;
-use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
+use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF};
 
 const WARPS: u32 = 8;
 
-/// Repeats `$body` with `$f` bound to the constants 0..8, so the accumulator arrays are only
-/// ever indexed by constants and stay in registers (a loop LLVM declines to unroll would put
-/// them in local memory).
-macro_rules! unroll8 {
-    ($f:ident => $body:block) => {{
-        unroll4!($f, 0 => $body);
-        unroll4!($f, 4 => $body);
-    }};
-}
-
-/// Repeats `$body` with `$f` bound to the constants `$base..$base + 4`.
-macro_rules! unroll4 {
-    ($f:ident, $base:literal => $body:block) => {{
-        {
-            const $f: usize = $base;
-            $body
-        }
-        {
-            const $f: usize = $base + 1;
-            $body
-        }
-        {
-            const $f: usize = $base + 2;
-            $body
-        }
-        {
-            const $f: usize = $base + 3;
-            $body
-        }
-    }};
-}
-
-/// This warp's weights for one chunk: code words and scale words.
-#[derive(Clone, Copy)]
-struct Chunk {
-    w: [u32; 4],
-    s: [u32; 2],
-}
-
-const ZERO: Chunk = Chunk {
-    w: [0; 4],
-    s: [0; 2],
-};
-
+/// The bf16 A-fragments of step `j` of a chunk: the f16 ones converted (exact for NVFP4 and F16,
+/// whose values bf16 holds; FP8 and Q2 round their f16-scaled values to bf16, ≤ 2^-9 relative).
 #[inline(always)]
-unsafe fn load_chunk(codes: u64, scales: u64, tile: usize) -> Chunk {
-    let (lane, g) = (lane() as usize, lane() as usize / 4);
-    Chunk {
-        w: ld_nc_v4((codes as *const u8).add(tile * TILE_CODE_BYTES + lane * 16)),
-        s: ld_nc_v2((scales as *const u8).add(tile * TILE_SCALE_BYTES + g * 8)),
-    }
-}
-
-/// The bf16 A-fragments of step `j` of a chunk.
-#[inline(always)]
-fn bf16_fragments(c: &Chunk, j: u32) -> [u32; 4] {
-    let f = fragments(c.w[j as usize], c.s, j);
+fn bf16_fragments<T: Tiles>(l: &T::Lane, j: u32) -> [u32; 4] {
+    let f = T::fragments(l, j);
     [
         f16x2_to_bf16x2(f[0]),
         f16x2_to_bf16x2(f[1]),
@@ -131,7 +81,7 @@ impl Stager {
 }
 
 #[inline(always)]
-unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
+unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
     const RT: usize = GEMM_RT as usize;
     let smem = Smem::base();
     let buf_bytes = 8 * NF as u32 * TILE_K as u32 * 2;
@@ -146,13 +96,13 @@ unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
 
     let mut acc0 = [[[0.0f32; 4]; 8]; RT];
     let mut acc1 = [[[0.0f32; 4]; 8]; RT];
-    let mut a0 = [ZERO; RT];
-    let mut a1 = [ZERO; RT];
+    let mut a0 = [T::ZERO; RT];
+    let mut a1 = [T::ZERO; RT];
     unroll4!(R, 0 => {
         if R < RT && active(R) {
-            a0[R] = load_chunk(p.w0, p.s0, tile0(R));
+            a0[R] = T::load(p.w0, p.s0, tile0(R));
             if DUAL {
-                a1[R] = load_chunk(p.w1, p.s1, tile0(R));
+                a1[R] = T::load(p.w1, p.s1, tile0(R));
             }
         }
     });
@@ -160,14 +110,14 @@ unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
     sync_threads();
     for c in 0..k_tiles {
         let last = c + 1 == k_tiles;
-        let (mut n0, mut n1, mut xn) = ([ZERO; RT], [ZERO; RT], [[0u32; 4]; 2]);
+        let (mut n0, mut n1, mut xn) = ([T::ZERO; RT], [T::ZERO; RT], [[0u32; 4]; 2]);
         if !last {
             xn = stager.load::<NF>(p, tok0, c + 1);
             unroll4!(R, 0 => {
                 if R < RT && active(R) {
-                    n0[R] = load_chunk(p.w0, p.s0, tile0(R) + c as usize + 1);
+                    n0[R] = T::load(p.w0, p.s0, tile0(R) + c as usize + 1);
                     if DUAL {
-                        n1[R] = load_chunk(p.w1, p.s1, tile0(R) + c as usize + 1);
+                        n1[R] = T::load(p.w1, p.s1, tile0(R) + c as usize + 1);
                     }
                 }
             });
@@ -179,9 +129,9 @@ unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
             let mut f1 = [[0u32; 4]; RT];
             unroll4!(R, 0 => {
                 if R < RT {
-                    f0[R] = bf16_fragments(&a0[R], j);
+                    f0[R] = bf16_fragments::<T>(&a0[R], j);
                     if DUAL {
-                        f1[R] = bf16_fragments(&a1[R], j);
+                        f1[R] = bf16_fragments::<T>(&a1[R], j);
                     }
                 }
             });
@@ -213,9 +163,9 @@ unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
                     for i in 0..4 {
                         let tok = tok0 + 8 * F as u32 + 2 * tq + (i as u32 & 1);
                         let row = (rt0 + R as u32) * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-                        let y0 = acc0[R][F][i] * (64.0 * p.gscale0);
+                        let y0 = acc0[R][F][i] * (T::FACTOR * p.gscale0);
                         let y = if DUAL {
-                            let y1 = acc1[R][F][i] * (64.0 * p.gscale1);
+                            let y1 = acc1[R][F][i] * (T::FACTOR * p.gscale1);
                             (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
                         } else {
                             y0
@@ -234,12 +184,35 @@ unsafe fn gemm<const DUAL: bool, const NF: usize>(p: &GemmParams) {
 /// Block: 256 rows × `8·GEMM_DUAL_NF` tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    gemm::<true, { GEMM_DUAL_NF as usize }>(&p)
+    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }>(&p)
 }
 
 /// Prefill down projection over the `_t` copies: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF`
 /// tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    gemm::<false, { GEMM_SINGLE_NF as usize }>(&p)
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }>(&p)
 }
+
+/// Declares the overlay prefill entry points of one tiled format: `<prefix>_gate_up_act` (gate
+/// and up with the activation fused, bf16 `act(g)·u` out) and `<prefix>` (one projection).
+macro_rules! overlay_gemm {
+    ($tiles:ty, $dual:ident, $single:ident) => {
+        /// Prefill gate+up with the activation fused: bf16 `act(g)·u` out. Block: 256 rows ×
+        /// `8·GEMM_DUAL_NF` tokens.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
+            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }>(&p)
+        }
+
+        /// Prefill single projection: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF` tokens.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
+            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }>(&p)
+        }
+    };
+}
+
+overlay_gemm!(F16, bf16_gemm_gate_up_act, bf16_gemm);
+overlay_gemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm);
+overlay_gemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm);

@@ -1,32 +1,24 @@
-//! NVFP4 decode GEMV on tensor cores: `out[t][row] = W[row]·act[t]` for m ≤ 8 tokens.
+//! Decode GEMV on tensor cores: `out[t][row] = W[row]·act[t]` for m ≤ 8 tokens, generic over
+//! the tiled weight format ([`Tiles`]: NVFP4, and the F16 / FP8 / Q2 overlays).
 //!
 //! One warp owns one 16-row tile (two with the dual gate+up kernel: gate and up rows of the same
 //! tile, sharing the activation fragments) and streams it across its split of K in 64-column
-//! chunks: per chunk each lane loads 16 code bytes and 8 scale bytes per projection, turns them
-//! into f16 A-fragments (two masks, `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and
-//! issues four `mma.m16n8k16` with the tokens as the 8 B columns. Activations are staged per
-//! block into shared memory as f16 scaled by a power of two per token (so bf16 inputs convert
-//! exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
+//! chunks: per chunk each lane loads its share of the tile per projection (NVFP4: 16 code bytes
+//! and 8 scale bytes), turns it into f16 A-fragments ([`Tiles::fragments`]; NVFP4: two masks,
+//! `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and issues four `mma.m16n8k16` with the
+//! tokens as the 8 B columns; `T::UNROLL` chunks' loads are in flight before the first is used.
+//! Activations are staged per block into shared memory as f16 scaled by a power of two per
+//! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
+use super::tiles::{Fp8, Nvfp4, Tiles, F16, Q2};
 use crate::dsl::*;
-use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
+use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
 
 const WARPS: u32 = GEMV_THREADS / 32;
 const SCALES_AT: u32 = 0;
 const FLAG_AT: u32 = 32;
 const RED_AT: u32 = 256;
-/// Chunks whose loads are issued before any of them is used.
-const UNROLL: u32 = 4;
-
-/// The code words and scale words of one chunk, for up to two projections.
-#[derive(Clone, Copy)]
-struct Loaded {
-    w0: [u32; 4],
-    s0: [u32; 2],
-    w1: [u32; 4],
-    s1: [u32; 2],
-}
 
 /// One activation pair (columns k, k+1) of token `t`, in f32.
 #[inline(always)]
@@ -126,28 +118,12 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
     sync_threads();
 }
 
-/// The f16 A-fragments of one 16-column step from a tiled code word and the scale pair.
-#[inline(always)]
-pub(crate) fn fragments(w: u32, sc: [u32; 2], j: u32) -> [u32; 4] {
-    let pw = w & 0x9C9C_9C9C;
-    let qw = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
-    let sp = e4m3x2_to_f16x2(prmt(sc[0], sc[1], j | ((4 + j) << 4)));
-    let s_lo = prmt(sp, 0, 0x1010);
-    let s_hi = prmt(sp, 0, 0x3232);
-    [
-        hmul2(e4m3x2_to_f16x2(pw), s_lo),
-        hmul2(e4m3x2_to_f16x2(pw >> 16), s_hi),
-        hmul2(e4m3x2_to_f16x2(qw), s_lo),
-        hmul2(e4m3x2_to_f16x2(qw >> 16), s_hi),
-    ]
-}
-
 /// Four mma steps of one chunk.
 #[inline(always)]
-fn chunk(acc: &mut [f32; 4], words: [u32; 4], sc: [u32; 2], x: &[u32; 8]) {
+fn chunk<T: Tiles>(acc: &mut [f32; 4], l: &T::Lane, x: &[u32; 8]) {
     let mut j = 0;
     while j < 4 {
-        let a = fragments(words[j as usize], sc, j);
+        let a = T::fragments(l, j);
         *acc = mma_f16_f32(a, [x[2 * j as usize], x[2 * j as usize + 1]], *acc);
         j += 1;
     }
@@ -169,7 +145,7 @@ unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
 
 /// The whole GEMV; `DUAL` reads projection 1 too.
 #[inline(always)]
-pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
+pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
     let split = block_y();
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
@@ -185,56 +161,50 @@ pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
     if rt < row_tiles {
-        let (lane, g) = (lane(), lane() / 4);
         let tile0 = (rt * k_tiles + chunk0) as usize;
-        let code_at = |base: u64, c: u32| {
-            (base as *const u8).add((tile0 + c as usize) * TILE_CODE_BYTES + lane as usize * 16)
-        };
-        let scale_at = |base: u64, c: u32| {
-            (base as *const u8).add((tile0 + c as usize) * TILE_SCALE_BYTES + g as usize * 8)
-        };
         // One chunk's weights for both projections, loaded ahead of its use.
-        let load = |c: u32| -> Loaded {
-            Loaded {
-                w0: ld_nc_v4(code_at(p.w0, c)),
-                s0: ld_nc_v2(scale_at(p.s0, c)),
-                w1: if DUAL {
-                    ld_nc_v4(code_at(p.w1, c))
+        let load = |c: u32| -> (T::Lane, T::Lane) {
+            let t = tile0 + c as usize;
+            (
+                T::load(p.w0, p.s0, t),
+                if DUAL {
+                    T::load(p.w1, p.s1, t)
                 } else {
-                    [0; 4]
+                    T::ZERO
                 },
-                s1: if DUAL {
-                    ld_nc_v2(scale_at(p.s1, c))
-                } else {
-                    [0; 2]
-                },
-            }
+            )
         };
-        let mut use_chunk = |c: u32, l: Loaded| {
+        let mut use_chunk = |c: u32, l: &(T::Lane, T::Lane)| {
             let x = load_x(p, c);
-            chunk(&mut acc0, l.w0, l.s0, &x);
+            chunk::<T>(&mut acc0, &l.0, &x);
             if DUAL {
-                chunk(&mut acc1, l.w1, l.s1, &x);
+                chunk::<T>(&mut acc1, &l.1, &x);
             }
         };
         let mut c = 0;
-        while c + UNROLL <= nchunks {
-            let (l0, l1, l2, l3) = (load(c), load(c + 1), load(c + 2), load(c + 3));
-            use_chunk(c, l0);
-            use_chunk(c + 1, l1);
-            use_chunk(c + 2, l2);
-            use_chunk(c + 3, l3);
-            c += UNROLL;
+        while c + T::UNROLL <= nchunks {
+            let mut l = [(T::ZERO, T::ZERO); 4];
+            unroll4!(I, 0 => {
+                if (I as u32) < T::UNROLL {
+                    l[I] = load(c + I as u32);
+                }
+            });
+            unroll4!(I, 0 => {
+                if (I as u32) < T::UNROLL {
+                    use_chunk(c + I as u32, &l[I]);
+                }
+            });
+            c += T::UNROLL;
         }
         while c < nchunks {
             let l = load(c);
-            use_chunk(c, l);
+            use_chunk(c, &l);
             c += 1;
         }
     }
-    epilogue(p, 0, rt, &acc0);
+    epilogue(p, 0, rt, &acc0, T::FACTOR);
     if DUAL {
-        epilogue(p, 1, rt, &acc1);
+        epilogue(p, 1, rt, &acc1, T::FACTOR);
     }
     if p.splits > 1 {
         reduce_splits(p, if DUAL { 2 } else { 1 });
@@ -244,7 +214,7 @@ pub unsafe fn gemv<const DUAL: bool>(p: &GemvParams) {
 /// Scales this warp's accumulators back and writes them: straight to the output when there is
 /// one split, else to the split's partial slot.
 #[inline(always)]
-unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4]) {
+unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4], factor: f32) {
     if rt >= p.n / TILE_ROWS as u32 {
         return;
     }
@@ -257,7 +227,7 @@ unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4]) {
             continue;
         }
         let row = rt * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-        let y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (64.0 * gscale);
+        let y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (factor * gscale);
         if p.splits == 1 {
             store_out(p, proj, t, row, y);
         } else {
@@ -323,53 +293,76 @@ unsafe fn reduce_splits(p: &GemvParams, projs: u32) {
 /// Speculative-verify dual GEMV for 2 tokens: gate and up, f32 out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batch2_nvfp4_gate_up(p: GemvParams) {
-    gemv::<true>(&p)
+    gemv::<Nvfp4, true>(&p)
 }
 
 /// Speculative-verify dual GEMV for 3 tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batch3_nvfp4_gate_up(p: GemvParams) {
-    gemv::<true>(&p)
+    gemv::<Nvfp4, true>(&p)
 }
 
 /// Down GEMV for 2 tokens over an activated f32 input: bf16 out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batch2_nvfp4_down(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
 
 /// Down GEMV for 3 tokens over an activated f32 input: bf16 out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batch3_nvfp4_down(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
 
 /// One projection for m ≤ 4 tokens (any activation source and output type).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batchm_nvfp4(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
 
 /// One projection for 5..=8 tokens (the full 8 B columns of the mma).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_batch8_nvfp4(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
 
 /// Dual GEMV, gate and up from the same bf16 input: f32 g and u out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_nvfp4_gate_up(p: GemvParams) {
-    gemv::<true>(&p)
+    gemv::<Nvfp4, true>(&p)
 }
 
 /// Down projection of silu(g)·u, computed from f32 g and u while staging: bf16 out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_nvfp4_silu_down(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
 
 /// Down projection of an f32 activation (e.g. gelu_mul's output): bf16 out.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemv_nvfp4_down(p: GemvParams) {
-    gemv::<false>(&p)
+    gemv::<Nvfp4, false>(&p)
 }
+
+/// Declares the overlay GEMV entry points of one tiled format: `<prefix>_gate_up` (dual, bf16
+/// in, f32 g and u out) and `<prefix>` (one projection, any activation source and output type),
+/// both for any m ≤ 8.
+macro_rules! overlay_gemv {
+    ($tiles:ty, $dual:ident, $single:ident) => {
+        /// Dual GEMV (gate and up from one read of the activations), m ≤ 8 tokens.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dual(p: GemvParams) {
+            gemv::<$tiles, true>(&p)
+        }
+
+        /// One projection, m ≤ 8 tokens, any activation source (incl. SiLU-fused) and output.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $single(p: GemvParams) {
+            gemv::<$tiles, false>(&p)
+        }
+    };
+}
+
+overlay_gemv!(F16, bf16_gemv_gate_up, bf16_gemv);
+overlay_gemv!(Fp8, w8a16_gemv_gate_up, w8a16_gemv);
+overlay_gemv!(Q2, q2_0_gemv_gate_up, q2_0_gemv);

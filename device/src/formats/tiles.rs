@@ -1,0 +1,169 @@
+//! The tiled layouts the tensor-core GEMV and GEMM families read, one per overlay format.
+//!
+//! Every format cuts a `[rows, cols]` matrix into tiles of 16 rows × 64 columns, row-tile major
+//! (`tile = row_tile · k_tiles + k_tile`), and stores each tile so that lane `l` of a warp reads
+//! exactly its `mma.m16n8k16` A-fragments with 16- or 8-byte loads: for step `j` (columns
+//! `16j..16j+16` of the tile) lane `l = 4g + q` holds registers `r = 0..4` of row
+//! `g + 8·(r & 1)`, columns `2q + 8·(r >> 1)` and the next one (low half = even column). The
+//! kernels turn a lane's data into f16 fragments; the value of an element is
+//! `decoded · global`, `global` being the per-tensor scale the layer keeps beside the buffers.
+//! Rows must be a multiple of 16 and columns a multiple of 64.
+//!
+//! - [`TileFormat::F16`] (the BF16 overlay): f16 values `w · 2^e`, one power of two per tensor
+//!   (`global = 2^-e`) chosen so the largest `|w|` lands in [2^14, 2^15): every bf16 value in that
+//!   range is exact in f16. Step-major: `j · 512 + lane · 16 + r · 4`. No scales.
+//! - [`TileFormat::Fp8`] (the FP8 overlay): E4M3 bytes as stored in the checkpoint; the pair of
+//!   steps `2p, 2p+1` at `p · 512 + lane · 16 + (j % 2) · 8 + r · 2`. Scales: one f16 pair per
+//!   tile (`block scale / global`, `global` = the largest block scale of the tensor), 4 bytes.
+//! - [`TileFormat::Q2`] (the Q2_0 overlay, ggml's `block_q2_0` re-laid, still 2 bits a value):
+//!   8 bytes per lane at `lane · 8`, word `j / 2`; in it, register `r` of step `j` sits at bits
+//!   `2s` (even column) and `16 + 2s` (odd column), `s = 4·(j % 2) + r`. Scales: each row's
+//!   block `d` (f16, times one power of two per tensor, `global = 2^-e`), `(row g, row g+8)` as
+//!   one f16 pair at `g · 4`, 32 bytes per tile. The code `c` means `(c − 1) · d`.
+
+use super::{e4m3, q4k::f16_to_f32};
+
+/// Rows per tile.
+pub const TILE_ROWS: usize = 16;
+/// Columns per tile.
+pub const TILE_K: usize = 64;
+
+/// A tiled overlay format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileFormat {
+    /// f16 with a per-tensor power of two (from BF16 weights).
+    F16,
+    /// E4M3 with a per-tile f16 scale (from FP8 block-scaled weights).
+    Fp8,
+    /// 2-bit codes with per-row-block f16 scales (from Q2_0 weights).
+    Q2,
+}
+
+impl TileFormat {
+    /// Code bytes per tile.
+    pub const fn code_bytes(self) -> usize {
+        match self {
+            TileFormat::F16 => TILE_ROWS * TILE_K * 2,
+            TileFormat::Fp8 => TILE_ROWS * TILE_K,
+            TileFormat::Q2 => TILE_ROWS * TILE_K / 4,
+        }
+    }
+
+    /// Scale bytes per tile.
+    pub const fn scale_bytes(self) -> usize {
+        match self {
+            TileFormat::F16 => 0,
+            TileFormat::Fp8 => 4,
+            TileFormat::Q2 => 32,
+        }
+    }
+
+    /// Where element (`lr`, `lk`) of a tile lives: (byte offset in the tile's codes, bit
+    /// offset inside that byte's little-endian 32-bit word for [`TileFormat::Q2`], else 0).
+    pub const fn code_pos(self, lr: usize, lk: usize) -> (usize, u32) {
+        let (j, kk) = (lk / 16, lk % 16);
+        let lane = (lr % 8) * 4 + (kk % 8) / 2;
+        let r = (lr / 8) + 2 * (kk / 8);
+        let half = kk % 2;
+        match self {
+            TileFormat::F16 => (j * 512 + lane * 16 + r * 4 + half * 2, 0),
+            TileFormat::Fp8 => ((j / 2) * 512 + lane * 16 + (j % 2) * 8 + r * 2 + half, 0),
+            TileFormat::Q2 => {
+                let s = 4 * (j % 2) + r;
+                (lane * 8 + (j / 2) * 4, (2 * s + 16 * half) as u32)
+            }
+        }
+    }
+
+    /// Byte offset of the f16 scale that applies to row `lr` of a tile (`None`: no scales).
+    pub const fn scale_pos(self, lr: usize) -> Option<usize> {
+        match self {
+            TileFormat::F16 => None,
+            TileFormat::Fp8 => Some(0),
+            TileFormat::Q2 => Some((lr % 8) * 4 + 2 * (lr / 8)),
+        }
+    }
+
+    /// Decodes one tile (without the global scale) into `out[row][col]`.
+    pub fn decode_tile(self, codes: &[u8], scales: &[u8], out: &mut [[f32; TILE_K]; TILE_ROWS]) {
+        for (lr, row) in out.iter_mut().enumerate() {
+            let scale = self
+                .scale_pos(lr)
+                .map(|s| f16_to_f32(u16::from_le_bytes([scales[s], scales[s + 1]])));
+            for (lk, v) in row.iter_mut().enumerate() {
+                let (off, bit) = self.code_pos(lr, lk);
+                *v = match self {
+                    TileFormat::F16 => f16_to_f32(u16::from_le_bytes([codes[off], codes[off + 1]])),
+                    TileFormat::Fp8 => e4m3::decode(codes[off]) * scale.unwrap_or(1.0),
+                    TileFormat::Q2 => {
+                        let word = u32::from_le_bytes([
+                            codes[off],
+                            codes[off + 1],
+                            codes[off + 2],
+                            codes[off + 3],
+                        ]);
+                        (((word >> bit) & 3) as f32 - 1.0) * scale.unwrap_or(1.0)
+                    }
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every element of a tile has its own place, and the places fill the tile exactly.
+    #[test]
+    fn positions_are_a_bijection() {
+        for f in [TileFormat::F16, TileFormat::Fp8, TileFormat::Q2] {
+            let bits_per = match f {
+                TileFormat::F16 => 16,
+                TileFormat::Fp8 => 8,
+                TileFormat::Q2 => 2,
+            };
+            let mut used = [false; TILE_ROWS * TILE_K * 16];
+            for lr in 0..TILE_ROWS {
+                for lk in 0..TILE_K {
+                    let (off, bit) = f.code_pos(lr, lk);
+                    let first = off * 8 + bit as usize;
+                    assert!(off < f.code_bytes(), "{f:?} ({lr},{lk}) past the tile");
+                    for (b, u) in used.iter_mut().enumerate().skip(first).take(bits_per) {
+                        assert!(!*u, "{f:?} ({lr},{lk}) collides at bit {b}");
+                        *u = true;
+                    }
+                }
+            }
+            assert!(
+                used[..f.code_bytes() * 8].iter().all(|&u| u),
+                "{f:?} leaves holes"
+            );
+        }
+    }
+
+    /// Lane `4g + q` finds, in its step-`j` register `r`, row `g + 8(r&1)`, columns
+    /// `16j + 2q + 8(r>>1)` (+1 in the high half): the mma A-fragment order.
+    #[test]
+    fn lanes_hold_their_fragments() {
+        for lane in 0..32 {
+            let (g, q) = (lane / 4, lane % 4);
+            for j in 0..4 {
+                for r in 0..4 {
+                    let (lr, lk) = (g + 8 * (r & 1), 16 * j + 2 * q + 8 * (r >> 1));
+                    assert_eq!(
+                        TileFormat::F16.code_pos(lr, lk).0,
+                        j * 512 + lane * 16 + r * 4
+                    );
+                    assert_eq!(
+                        TileFormat::Fp8.code_pos(lr, lk).0,
+                        (j / 2) * 512 + lane * 16 + (j % 2) * 8 + r * 2
+                    );
+                    let (off, bit) = TileFormat::Q2.code_pos(lr, lk + 1);
+                    assert_eq!(off, lane * 8 + (j / 2) * 4);
+                    assert_eq!(bit, 2 * (4 * (j as u32 % 2) + r as u32) + 16);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The weight formats the tensor-core GEMV and GEMM families are generic over: how a lane loads
+//! its share of one 16×64 tile and turns it into f16 `mma` A-fragments. Layouts:
+//! `formats::nvfp4` (tiled) and `formats::tiles`.
+use crate::dsl::*;
+use crate::formats::nvfp4;
+use crate::formats::tiles::TileFormat;
+
+/// A tiled weight format, as one lane sees it.
+pub trait Tiles {
+    /// This lane's codes and scales of one tile.
+    type Lane: Copy;
+    /// A `Lane` of zeros (for tiles past the matrix).
+    const ZERO: Self::Lane;
+    /// The factor the f16 fragments carry besides the global scale (results are multiplied
+    /// by `FACTOR · global`).
+    const FACTOR: f32;
+    /// Tiles whose loads one warp issues before using the first (bytes in flight per lane).
+    const UNROLL: u32;
+    /// Loads this lane's share of tile `tile`.
+    ///
+    /// # Safety
+    /// `codes`/`scales` must hold the tile.
+    unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane;
+    /// The four f16x2 A-fragment registers of step `j` (0..4).
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4];
+}
+
+/// NVFP4 tiles (codes pre-positioned for `cvt.rn.f16x2.e4m3x2`, E4M3 scales per 16).
+pub struct Nvfp4;
+/// f16 tiles (the BF16 overlay).
+pub struct F16;
+/// E4M3 tiles with one f16 scale per tile (the FP8 overlay).
+pub struct Fp8;
+/// 2-bit tiles with per-row f16 scales (the Q2_0 overlay).
+pub struct Q2;
+
+impl Tiles for Nvfp4 {
+    type Lane = ([u32; 4], [u32; 2]);
+    const ZERO: Self::Lane = ([0; 4], [0; 2]);
+    const FACTOR: f32 = 64.0;
+    const UNROLL: u32 = 4;
+
+    #[inline(always)]
+    unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
+        let (lane, g) = (lane() as usize, lane() as usize / 4);
+        (
+            ld_nc_v4((codes as *const u8).add(tile * nvfp4::TILE_CODE_BYTES + lane * 16)),
+            ld_nc_v2((scales as *const u8).add(tile * nvfp4::TILE_SCALE_BYTES + g * 8)),
+        )
+    }
+
+    #[inline(always)]
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
+        let w = l.0[j as usize];
+        let pw = w & 0x9C9C_9C9C;
+        let qw = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
+        let sp = e4m3x2_to_f16x2(prmt(l.1[0], l.1[1], j | ((4 + j) << 4)));
+        let s_lo = prmt(sp, 0, 0x1010);
+        let s_hi = prmt(sp, 0, 0x3232);
+        [
+            hmul2(e4m3x2_to_f16x2(pw), s_lo),
+            hmul2(e4m3x2_to_f16x2(pw >> 16), s_hi),
+            hmul2(e4m3x2_to_f16x2(qw), s_lo),
+            hmul2(e4m3x2_to_f16x2(qw >> 16), s_hi),
+        ]
+    }
+}
+
+impl Tiles for F16 {
+    type Lane = [[u32; 4]; 4];
+    const ZERO: Self::Lane = [[0; 4]; 4];
+    const FACTOR: f32 = 1.0;
+    const UNROLL: u32 = 2;
+
+    #[inline(always)]
+    unsafe fn load(codes: u64, _scales: u64, tile: usize) -> Self::Lane {
+        let at =
+            (codes as *const u8).add(tile * TileFormat::F16.code_bytes() + lane() as usize * 16);
+        [
+            ld_nc_v4(at),
+            ld_nc_v4(at.add(512)),
+            ld_nc_v4(at.add(1024)),
+            ld_nc_v4(at.add(1536)),
+        ]
+    }
+
+    #[inline(always)]
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
+        l[j as usize]
+    }
+}
+
+impl Tiles for Fp8 {
+    type Lane = ([[u32; 4]; 2], u32);
+    const ZERO: Self::Lane = ([[0; 4]; 2], 0);
+    const FACTOR: f32 = 1.0;
+    const UNROLL: u32 = 3;
+
+    #[inline(always)]
+    unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
+        let at =
+            (codes as *const u8).add(tile * TileFormat::Fp8.code_bytes() + lane() as usize * 16);
+        (
+            [ld_nc_v4(at), ld_nc_v4(at.add(512))],
+            *((scales as *const u8).add(tile * TileFormat::Fp8.scale_bytes()) as *const u32),
+        )
+    }
+
+    #[inline(always)]
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
+        let v = &l.0[(j / 2) as usize];
+        let (a, b) = (v[(2 * (j % 2)) as usize], v[(2 * (j % 2) + 1) as usize]);
+        [
+            hmul2(e4m3x2_to_f16x2(a), l.1),
+            hmul2(e4m3x2_to_f16x2(a >> 16), l.1),
+            hmul2(e4m3x2_to_f16x2(b), l.1),
+            hmul2(e4m3x2_to_f16x2(b >> 16), l.1),
+        ]
+    }
+}
+
+/// f16x2 (1025, 1025): `1024 + c − 1025 = c − 1`, exactly.
+const Q2_BIAS: u32 = 0x6401_6401;
+
+impl Tiles for Q2 {
+    type Lane = ([u32; 2], u32);
+    const ZERO: Self::Lane = ([0; 2], 0);
+    const FACTOR: f32 = 1.0;
+    const UNROLL: u32 = 4;
+
+    #[inline(always)]
+    unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
+        let (lane, g) = (lane() as usize, lane() as usize / 4);
+        (
+            ld_nc_v2((codes as *const u8).add(tile * TileFormat::Q2.code_bytes() + lane * 8)),
+            *((scales as *const u8).add(tile * TileFormat::Q2.scale_bytes() + g * 4) as *const u32),
+        )
+    }
+
+    #[inline(always)]
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
+        let w = l.0[(j / 2) as usize] >> (8 * (j % 2));
+        let s_lo = prmt(l.1, 0, 0x1010);
+        let s_hi = prmt(l.1, 0, 0x3232);
+        let f = |r: u32| hsub2(((w >> (2 * r)) & 0x0003_0003) | 0x6400_6400, Q2_BIAS);
+        [
+            hmul2(f(0), s_lo),
+            hmul2(f(1), s_hi),
+            hmul2(f(2), s_lo),
+            hmul2(f(3), s_hi),
+        ]
+    }
+}

@@ -1,0 +1,327 @@
+//! The FP8, BF16 and Q2_0 overlays on the CPU reference backend: every path against the f64
+//! reference of the overlay's own values, launch counts, dispatch priority, placeholder safety,
+//! and every rejection (shapes, values, out of memory, missing kernels) leaving the layer as it
+//! was.
+mod common;
+use common::*;
+use denseffn::backend::{CpuBackend, GpuBackend};
+use denseffn::layer::{
+    kernels, DenseFfnLayer, DenseWeight, FfnActivation, ForwardContext, OverlayKind, PrefillArm,
+};
+use denseffn::reference::rel_l2;
+use denseffn::Error;
+use half::bf16;
+use std::sync::Arc;
+
+/// Not multiples of 128: FP8's partial scale blocks are exercised.
+const H: usize = 192;
+const I: usize = 320;
+const KINDS: [OverlayKind; 3] = [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16];
+
+fn cpu() -> Arc<dyn GpuBackend> {
+    Arc::new(CpuBackend::new())
+}
+
+fn overlay_layer(gpu: &Arc<dyn GpuBackend>, o: &OverlayHost, act: FfnActivation) -> DenseFfnLayer {
+    let mut layer = HostLayer::random(o.hidden, o.inter, 5).layer(gpu, act);
+    o.install(&mut layer).unwrap();
+    assert_eq!(layer.active_overlay(), Some(o.kind));
+    layer
+}
+
+/// Runs one path by name on `m` tokens of `x`.
+fn run(
+    layer: &DenseFfnLayer,
+    gpu: &Arc<dyn GpuBackend>,
+    path: &str,
+    m: usize,
+    x: &[f32],
+    ctx: &mut ForwardContext,
+) -> Result<Vec<f64>, Error> {
+    let xs = upload_bf16(gpu, &x[..m * layer.hidden()]);
+    let y = match path {
+        "forward" => layer.forward(xs, ctx, 0),
+        "k2" => layer.forward_k2(xs, ctx, 0),
+        "k3" => layer.forward_k3(xs, ctx, 0),
+        "km" => layer.forward_km(xs, m, ctx, 0),
+        "prefill" => layer.forward_prefill(xs, m, ctx, 0),
+        other => panic!("no path {other}"),
+    }?;
+    Ok(download_bf16(gpu, y, m * layer.hidden()))
+}
+
+fn paths() -> Vec<(&'static str, usize)> {
+    let mut v = vec![("forward", 1), ("k2", 2), ("k3", 3)];
+    v.extend((1..=8).map(|m| ("km", m)));
+    v.extend([1, 7, 64, 100].map(|n| ("prefill", n)));
+    v
+}
+
+#[test]
+fn every_path_of_every_overlay_matches_its_reference() {
+    for kind in KINDS {
+        let o = OverlayHost::random(kind, H, I, 11);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let gpu = cpu();
+            let layer = overlay_layer(&gpu, &o, act);
+            let mut ctx = ForwardContext::new(&layer, 100).unwrap();
+            let x = activations(100 * H, 13);
+            let want = o.reference(&x, act);
+            for (path, m) in paths() {
+                let before = gpu.launch_count();
+                let got = run(&layer, &gpu, path, m, &x, &mut ctx).unwrap();
+                let launches = gpu.launch_count() - before;
+                let expect = match (path, kind) {
+                    ("forward", _) => layer.decode_kernels().len(),
+                    ("prefill", _) => 2,
+                    (_, OverlayKind::Bf16) => 2,
+                    ("km", _) => 4,
+                    _ => 3,
+                };
+                assert_eq!(launches as usize, expect, "{kind:?} {act:?} {path} m={m}");
+                let err = rel_l2(&got, &want[..m * H]);
+                assert!(err < 1e-2, "{kind:?} {act:?} {path} m={m}: rel L2 {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn each_row_of_a_batch_equals_forward_of_that_row() {
+    for kind in KINDS {
+        let o = OverlayHost::random(kind, H, I, 12);
+        let gpu = cpu();
+        let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
+        let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+        let x = activations(8 * H, 14);
+        let batch = run(&layer, &gpu, "km", 8, &x, &mut ctx).unwrap();
+        for t in 0..8 {
+            let one = run(&layer, &gpu, "forward", 1, &x[t * H..], &mut ctx).unwrap();
+            let e = rel_l2(&batch[t * H..(t + 1) * H], &one);
+            assert!(e < 5e-3, "{kind:?} row {t}: {e}");
+        }
+    }
+}
+
+#[test]
+fn overlays_take_priority_q2_then_fp8_then_bf16() {
+    let gpu = cpu();
+    let mut layer = HostLayer::random(H, I, 1).layer(&gpu, FfnActivation::Silu);
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
+    let hosts: Vec<OverlayHost> = [OverlayKind::Bf16, OverlayKind::Fp8, OverlayKind::Q2]
+        .iter()
+        .map(|&k| OverlayHost::random(k, H, I, 2))
+        .collect();
+    let arms = [
+        PrefillArm::Bf16Gemm,
+        PrefillArm::Fp8Gemm,
+        PrefillArm::Q2Gemm,
+    ];
+    let sets = [
+        "bf16_gemv_gate_up",
+        "w8a16_gemv_gate_up",
+        "q2_0_gemv_gate_up",
+    ];
+    for ((o, arm), set) in hosts.iter().zip(arms).zip(sets) {
+        o.install(&mut layer).unwrap();
+        assert_eq!(layer.active_overlay(), Some(o.kind));
+        assert_eq!(layer.prefill_arm().unwrap(), arm);
+        assert_eq!(layer.decode_kernels()[0], set);
+    }
+    // Installing a lower-priority overlay again does not take over.
+    hosts[0].install(&mut layer).unwrap();
+    assert_eq!(layer.active_overlay(), Some(OverlayKind::Q2));
+    layer.clear_overlay(OverlayKind::Q2);
+    assert_eq!(layer.active_overlay(), Some(OverlayKind::Fp8));
+    layer.clear_overlay(OverlayKind::Fp8);
+    layer.clear_overlay(OverlayKind::Bf16);
+    assert_eq!(layer.active_overlay(), None);
+    assert_eq!(layer.decode_kernels()[0], kernels::GATE_UP);
+    assert_eq!(layer.footprint().overlays, 0);
+}
+
+/// A BF16-native layer carries placeholder NVFP4 weights; with no NVFP4 kernel in the module,
+/// every path still runs, so none of them enters an NVFP4 kernel.
+#[test]
+fn bf16_layer_never_enters_an_nvfp4_kernel() {
+    let nvfp4: Vec<&str> = CpuBackend::kernels()
+        .iter()
+        .copied()
+        .filter(|k| k.contains("nvfp4"))
+        .collect();
+    assert!(nvfp4.len() >= 10);
+    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&nvfp4));
+    let o = OverlayHost::random(OverlayKind::Bf16, H, I, 21);
+    let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 100).unwrap();
+    let x = activations(100 * H, 22);
+    let want = o.reference(&x, FfnActivation::Silu);
+    for (path, m) in paths() {
+        let got = run(&layer, &gpu, path, m, &x, &mut ctx).unwrap();
+        assert!(rel_l2(&got, &want[..m * H]) < 1e-2, "{path} m={m}");
+    }
+    for m in 1..=8 {
+        assert!(layer.can_forward_km(m));
+    }
+    assert!(!layer.can_forward_km(0) && !layer.can_forward_km(9));
+}
+
+#[test]
+fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
+    for kind in KINDS {
+        let (dual, single, gemm_dual, gemm) = match kind {
+            OverlayKind::Q2 => (
+                "q2_0_gemv_gate_up",
+                "q2_0_gemv",
+                "q2_0_gemm_gate_up_act",
+                "q2_0_gemm",
+            ),
+            OverlayKind::Fp8 => (
+                "w8a16_gemv_gate_up",
+                "w8a16_gemv",
+                "w8a16_gemm_gate_up_act",
+                "w8a16_gemm",
+            ),
+            OverlayKind::Bf16 => (
+                "bf16_gemv_gate_up",
+                "bf16_gemv",
+                "bf16_gemm_gate_up_act",
+                "bf16_gemm",
+            ),
+        };
+        let o = OverlayHost::random(kind, H, I, 31);
+        let x = activations(8 * H, 32);
+        for missing in [dual, single, gemm_dual, gemm] {
+            let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[missing]));
+            let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
+            let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+            for (path, m) in [("forward", 1), ("k2", 2), ("km", 5), ("prefill", 8)] {
+                let needs = match path {
+                    "prefill" => [gemm_dual, gemm].contains(&missing),
+                    "k2" | "km" if kind == OverlayKind::Bf16 => {
+                        [gemm_dual, gemm].contains(&missing)
+                    }
+                    "km" => missing == single,
+                    _ => [dual, single].contains(&missing),
+                };
+                let before = gpu.launch_count();
+                match run(&layer, &gpu, path, m, &x, &mut ctx) {
+                    Err(Error::MissingKernel(k)) => {
+                        assert!(needs, "{kind:?} {path}: failed for {k}");
+                        assert_eq!(k, missing);
+                        assert_eq!(gpu.launch_count(), before, "launched before failing");
+                    }
+                    Err(e) => panic!("{kind:?} {path}: {e}"),
+                    Ok(_) => assert!(!needs, "{kind:?} {path} ran without {missing}"),
+                }
+            }
+            if kind != OverlayKind::Bf16 {
+                assert_eq!(
+                    layer.can_forward_km(5),
+                    missing != single,
+                    "{kind:?} {missing}"
+                );
+            }
+        }
+    }
+}
+
+/// Shape, value and out-of-memory failures leave the layer exactly as it was: same overlay,
+/// same footprint, same results.
+#[test]
+fn failed_installs_leave_the_layer_unchanged() {
+    let x = activations(4 * H, 41);
+    let first = OverlayHost::random(OverlayKind::Fp8, H, I, 42);
+    for kind in KINDS {
+        let o = OverlayHost::random(kind, H, I, 43);
+        // Count the allocations one install makes.
+        let allocs = {
+            let cpu = Arc::new(CpuBackend::new());
+            let gpu: Arc<dyn GpuBackend> = cpu.clone();
+            let mut layer = HostLayer::random(H, I, 5).layer(&gpu, FfnActivation::Silu);
+            let before = cpu.allocations_attempted();
+            o.install(&mut layer).unwrap();
+            cpu.allocations_attempted() - before
+        };
+        assert!(allocs >= 3, "{kind:?}: {allocs} allocations");
+        for fail in 0..allocs {
+            let cpu = Arc::new(CpuBackend::new());
+            let gpu: Arc<dyn GpuBackend> = cpu.clone();
+            let mut layer = HostLayer::random(H, I, 5).layer(&gpu, FfnActivation::Silu);
+            first.install(&mut layer).unwrap();
+            let mut ctx = ForwardContext::new(&layer, 4).unwrap();
+            let want = run(&layer, &gpu, "km", 4, &x, &mut ctx).unwrap();
+            let (foot, live) = (layer.footprint(), cpu.live_allocations());
+            cpu.fail_allocation_at(cpu.allocations_attempted() + fail);
+            let e = o.install(&mut layer).unwrap_err();
+            assert!(
+                matches!(e, Error::OutOfMemory { .. }),
+                "{kind:?} alloc {fail}: {e}"
+            );
+            assert_eq!(layer.active_overlay(), Some(OverlayKind::Fp8));
+            assert_eq!(layer.footprint(), foot, "{kind:?} alloc {fail}");
+            assert_eq!(
+                cpu.live_allocations(),
+                live,
+                "{kind:?} alloc {fail}: leaked"
+            );
+            let got = run(&layer, &gpu, "km", 4, &x, &mut ctx).unwrap();
+            assert_eq!(got, want, "{kind:?} alloc {fail}: results changed");
+        }
+    }
+}
+
+#[test]
+fn bad_overlay_inputs_are_clear_errors() {
+    let gpu = cpu();
+    let mut layer = HostLayer::random(H, I, 5).layer(&gpu, FfnActivation::Silu);
+    let dense = |r: usize, c: usize, v: f32| DenseWeight {
+        rows: r,
+        cols: c,
+        data: vec![bf16::from_f32(v); r * c],
+    };
+    // Gate/up/down swapped.
+    let e = layer
+        .set_bf16_weights(&dense(H, I, 0.1), &dense(I, H, 0.1), &dense(H, I, 0.1))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Shape(_)) && e.to_string().contains("gate"),
+        "{e}"
+    );
+    // Data length not matching the shape.
+    let mut short = dense(I, H, 0.1);
+    short.data.pop();
+    let e = layer
+        .set_bf16_weights(&short, &dense(I, H, 0.1), &dense(H, I, 0.1))
+        .unwrap_err();
+    assert!(e.to_string().contains("gate"), "{e}");
+    // A NaN weight, named by tensor.
+    let mut bad = dense(H, I, 0.1);
+    bad.data[7] = bf16::NAN;
+    let e = layer
+        .set_bf16_weights(&dense(I, H, 0.1), &dense(I, H, 0.1), &bad)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::BadWeights(_)) && e.to_string().contains("down"),
+        "{e}"
+    );
+    // FP8 with a negative block scale; Q2 with a NaN d.
+    let o = OverlayHost::random(OverlayKind::Fp8, H, I, 3);
+    let [g, _, _] = o.values();
+    let mut f = denseffn::pack_fp8::Fp8Host::quantize(&g, I, H).unwrap();
+    f.scale_inv[0] = -1.0;
+    let ok = denseffn::pack_fp8::Fp8Host::quantize(&g, I, H).unwrap();
+    let down = denseffn::pack_fp8::Fp8Host::quantize(&vec![0.1; H * I], H, I).unwrap();
+    assert!(matches!(
+        layer.set_fp8_weights(&ok, &f, &down),
+        Err(Error::BadWeights(_))
+    ));
+    let mut q = denseffn::pack_q2::Q2Host::quantize_ternary(&g, I, H).unwrap();
+    q.blocks[0..2].copy_from_slice(&half::f16::NAN.to_bits().to_le_bytes());
+    let qd = denseffn::pack_q2::Q2Host::quantize_ternary(&vec![0.1; H * I], H, I).unwrap();
+    assert!(matches!(
+        layer.set_q2_weights(&q, &q, &qd),
+        Err(Error::BadWeights(_))
+    ));
+    assert_eq!(layer.active_overlay(), None);
+}
