@@ -253,7 +253,7 @@ impl DenseFfnLayer {
     }
 
     /// Whether the small-batch paths (k2, k3, km) go through [`DenseFfnLayer::forward_prefill`]
-    /// (a BF16 overlay on top: its prefill GEMM reads the weights once for all rows).
+    /// (a BF16 overlay on top), whose `bf16_gemv_m8` arm reads the weights once for all rows.
     fn small_batch_via_prefill(&self) -> bool {
         self.active_overlay() == Some(OverlayKind::Bf16)
     }
@@ -308,10 +308,10 @@ impl DenseFfnLayer {
     }
 
     /// Kernels [`DenseFfnLayer::forward_k2`] / `forward_k3` launch (`k` = 2 or 3), in order:
-    /// 3 (dual batch GEMV, activation·up, batch down), or the prefill arm's 2 for a BF16 layer.
+    /// 3 (dual batch GEMV, activation·up, batch down), or the prefill arm's for a BF16 layer.
     pub fn verify_kernels(&self, k: usize) -> Vec<&'static str> {
         if self.small_batch_via_prefill() {
-            return self.prefill_kernels();
+            return self.prefill_kernels(k);
         }
         let set = self.route().set;
         let i = usize::from(k != 2);
@@ -319,20 +319,14 @@ impl DenseFfnLayer {
     }
 
     /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches; the
-    /// batch8 kernel for m = 5..=8), or the prefill arm's 2 for a BF16 layer.
+    /// batch8 kernel for m = 5..=8), or the prefill arm's for a BF16 layer.
     pub fn km_kernels(&self, m: usize) -> Vec<&'static str> {
         if self.small_batch_via_prefill() {
-            return self.prefill_kernels();
+            return self.prefill_kernels(m);
         }
         let set = self.route().set;
         let g = if m > 4 { set.batch8 } else { set.batchm };
         vec![g, g, self.act_kernel(), g]
-    }
-
-    fn prefill_kernels(&self) -> Vec<&'static str> {
-        self.prefill_arm()
-            .map(|a| a.kernels().to_vec())
-            .unwrap_or_default()
     }
 
     fn act_kernel(&self) -> &'static str {
@@ -517,7 +511,7 @@ impl DenseFfnLayer {
     }
 
     /// Launches the decode kernels for `m` ≤ 8 tokens, writing bf16 `[m][hidden]` to `out`.
-    fn decode_into(
+    pub(crate) fn decode_into(
         &self,
         input: DevicePtr,
         out: DevicePtr,

@@ -6,12 +6,15 @@
 //! |---|---|---|---|
 //! | 1 | `q2_0_gemm` | a Q2_0 overlay is installed | `q2_0_gemm_gate_up_act`, `q2_0_gemm` |
 //! | 2 | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
-//! | 3 | `bf16_gemm` | a BF16 overlay is installed | `bf16_gemm_gate_up_act`, `bf16_gemm` |
+//! | 3a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
+//! | 3b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
 //! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
 //! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
 //!
-//! Every arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different tiled
-//! format; gate and up run in one pass with the activation fused, then down: 2 launches.
+//! Every GEMM arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different
+//! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
+//! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
+//! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
@@ -34,6 +37,8 @@ pub enum PrefillArm {
     Fp8Gemm,
     /// The same GEMM over the BF16 overlay's f16 tiles.
     Bf16Gemm,
+    /// N ≤ 8 on a BF16 layer: the BF16 tensor-core GEMV over all N rows at once.
+    Bf16GemvM8,
 }
 
 impl PrefillArm {
@@ -44,22 +49,48 @@ impl PrefillArm {
             PrefillArm::Q2Gemm => "q2_0_gemm",
             PrefillArm::Fp8Gemm => "w8a16_gemm",
             PrefillArm::Bf16Gemm => "bf16_gemm",
+            PrefillArm::Bf16GemvM8 => "bf16_gemv_m8",
         }
     }
 
-    /// The kernels the arm launches, in order.
+    /// The kernels the arm launches, in order (for [`PrefillArm::Bf16GemvM8`], with SiLU; a
+    /// GELU layer adds `gelu_mul` between them: [`DenseFfnLayer::prefill_kernels`]).
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
             PrefillArm::Nvfp4TM128 => &["gemm_nvfp4_t_gate_up_act", "gemm_nvfp4_t_down"],
             PrefillArm::Q2Gemm => &["q2_0_gemm_gate_up_act", "q2_0_gemm"],
             PrefillArm::Fp8Gemm => &["w8a16_gemm_gate_up_act", "w8a16_gemm"],
             PrefillArm::Bf16Gemm => &["bf16_gemm_gate_up_act", "bf16_gemm"],
+            PrefillArm::Bf16GemvM8 => &["bf16_gemv_gate_up", "bf16_gemv"],
         }
     }
 }
 
 impl DenseFfnLayer {
     /// The arm [`DenseFfnLayer::forward_prefill`] would run now (the dispatch table above).
+    /// The arm for `num_tokens` tokens: [`DenseFfnLayer::prefill_arm`], except that a BF16
+    /// layer runs N ≤ 8 on its GEMV ([`PrefillArm::Bf16GemvM8`]).
+    pub fn prefill_arm_for(&self, num_tokens: usize) -> Result<PrefillArm> {
+        match self.prefill_arm()? {
+            PrefillArm::Bf16Gemm if num_tokens <= super::MAX_GEMV_TOKENS => {
+                Ok(PrefillArm::Bf16GemvM8)
+            }
+            arm => Ok(arm),
+        }
+    }
+
+    /// The kernels `forward_prefill` launches for `num_tokens` tokens, in order (empty when no
+    /// arm fits).
+    pub fn prefill_kernels(&self, num_tokens: usize) -> Vec<&'static str> {
+        match self.prefill_arm_for(num_tokens) {
+            Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
+            Ok(arm) => arm.kernels().to_vec(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The arm [`DenseFfnLayer::forward_prefill`] would run now for more than 8 tokens (the
+    /// dispatch table above).
     pub fn prefill_arm(&self) -> Result<PrefillArm> {
         match self.active_overlay() {
             Some(OverlayKind::Q2) => return Ok(PrefillArm::Q2Gemm),
@@ -86,16 +117,20 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<DevicePtr> {
         self.check_call("forward_prefill", input, num_tokens, ctx)?;
-        let arm = self.prefill_arm()?;
-        self.require(arm.kernels())?;
+        let arm = self.prefill_arm_for(num_tokens)?;
+        self.require(&self.prefill_kernels(num_tokens))?;
         let timed = tracing::enabled!(target: PREFILL_LOG_TARGET, tracing::Level::INFO);
         let start = if timed {
             Some(self.gpu().record_event(stream)?)
         } else {
             None
         };
-        let (gate, up, down) = self.prefill_weights(arm)?;
-        self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
+        if arm == PrefillArm::Bf16GemvM8 {
+            self.decode_into(input, ctx.out.ptr(), num_tokens, ctx, stream)?;
+        } else {
+            let (gate, up, down) = self.prefill_weights(arm)?;
+            self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
+        }
         if let Some(start) = start {
             let end = self.gpu().record_event(stream)?;
             let us = self.gpu().elapsed_ms(start, end)? as f64 * 1e3;
@@ -116,7 +151,7 @@ impl DenseFfnLayer {
         match arm {
             PrefillArm::Q2Gemm => overlay(OverlayKind::Q2),
             PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
-            PrefillArm::Bf16Gemm => overlay(OverlayKind::Bf16),
+            PrefillArm::Bf16Gemm | PrefillArm::Bf16GemvM8 => overlay(OverlayKind::Bf16),
             PrefillArm::Nvfp4TM128 => {
                 let w = self.weights();
                 match (&w.gate_t, &w.up_t, &w.down_t) {
