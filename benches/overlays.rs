@@ -1,4 +1,4 @@
-//! The FP8, BF16 and Q2_0 overlays on the H200 beside their anchors, measured in the same run:
+//! The Q2_0, Q4_K, FP8 and BF16 overlays on the H200 beside their anchors, measured in the same run:
 //! device-to-device copy bandwidth, and a cuBLAS bf16 FFN per shape (decode: one token; prefill:
 //! N = 512 and 4096).
 //!
@@ -13,6 +13,7 @@ use denseffn::buffer::DeviceBuffer;
 use denseffn::layer::{DenseWeight, ForwardContext, OverlayKind};
 use denseffn::pack_fp8::Fp8Host;
 use denseffn::pack_q2::Q2Host;
+use denseffn::pack_q4k::Q4kHost;
 use half::bf16;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -60,6 +61,24 @@ fn q2(r: usize, c: usize, rng: &mut SmallRng) -> Q2Host {
         }
     }
     Q2Host {
+        rows: r,
+        cols: c,
+        blocks,
+    }
+}
+
+/// Random Q4_K blocks: d, dmin ~ 1/(sqrt(c)·16·32), random 6-bit scales/mins and codes.
+fn q4k(r: usize, c: usize, rng: &mut SmallRng) -> Q4kHost {
+    let mut blocks = vec![0u8; r * c / 256 * 144];
+    rng.fill_bytes(&mut blocks);
+    let d = half::f16::from_f32(1.0 / ((c as f32).sqrt() * 16.0 * 32.0))
+        .to_bits()
+        .to_le_bytes();
+    for b in blocks.chunks_exact_mut(144) {
+        b[0..2].copy_from_slice(&d);
+        b[2..4].copy_from_slice(&d);
+    }
+    Q4kHost {
         rows: r,
         cols: c,
         blocks,
@@ -122,13 +141,23 @@ fn bench(c: &mut Criterion) {
             .iter()
             .map(|&t| median_us(&*gpu, 5, 3, anchor(t)))
             .collect();
-        for kind in [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16] {
+        for kind in [
+            OverlayKind::Q2,
+            OverlayKind::Q4k,
+            OverlayKind::Fp8,
+            OverlayKind::Bf16,
+        ] {
             let mut layer = random_layer(&gpu, h, i, &mut rng);
             match kind {
                 OverlayKind::Q2 => layer.set_q2_weights(
                     &q2(i, h, &mut rng),
                     &q2(i, h, &mut rng),
                     &q2(h, i, &mut rng),
+                ),
+                OverlayKind::Q4k => layer.set_q4k_weights(
+                    &q4k(i, h, &mut rng),
+                    &q4k(i, h, &mut rng),
+                    &q4k(h, i, &mut rng),
                 ),
                 OverlayKind::Fp8 => layer.set_fp8_weights(
                     &fp8(i, h, &mut rng),

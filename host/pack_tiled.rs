@@ -5,8 +5,9 @@
 use crate::error::{Error, Result};
 use crate::pack_fp8::{Fp8Host, FP8_BLOCK};
 use crate::pack_q2::Q2Host;
-use denseffn_device::formats::q2_0;
+use crate::pack_q4k::Q4kHost;
 use denseffn_device::formats::tiles::{TileFormat, TILE_K, TILE_ROWS};
+use denseffn_device::formats::{q2_0, q4k};
 use half::{bf16, f16};
 
 /// A matrix in one of the tiled overlay layouts, ready to upload.
@@ -162,6 +163,56 @@ impl TiledHost {
         Ok(t)
     }
 
+    /// Q4_K blocks → 4-bit tiles (codes unchanged) with each row's sub-block factors `a =
+    /// d·scale` and `b = dmin·min` (f32 as ggml computes them, times one power of two per
+    /// tensor, rounded to f16; `−b` stored): `value ≈ a·q − b`, within f16 rounding of ggml's.
+    pub fn from_q4k(tensor: &str, w: &Q4kHost) -> Result<Self> {
+        w.validate(tensor)?;
+        check_tiles(tensor, "Q4_K", w.rows, w.cols)?;
+        let per_row = w.cols / q4k::QK_K;
+        let f16at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+        // (a, b) of every (row, sub-block), and their largest magnitude.
+        let mut ab = Vec::with_capacity(w.rows * w.cols / 32);
+        let mut amax = 0f32;
+        for b in w.blocks.chunks_exact(q4k::BLOCK_BYTES) {
+            let (d, dmin) = (f16at(b, 0), f16at(b, 2));
+            for j in 0..8 {
+                let (sc, mn) = q4k::scale_min(&b[4..16], j);
+                let (a, m) = (d * sc as f32, dmin * mn as f32);
+                amax = amax.max((15.0 * a).abs()).max(m.abs());
+                ab.push((a, m));
+            }
+        }
+        let f = pow2_for(amax, 13);
+        let mut t = TiledHost::empty(TileFormat::Q4k, w.rows, w.cols, 1.0 / f);
+        for r in 0..w.rows {
+            for bi in 0..per_row {
+                let b = &w.blocks[(r * per_row + bi) * q4k::BLOCK_BYTES..][..q4k::BLOCK_BYTES];
+                for i in 0..q4k::QK_K {
+                    let c = bi * q4k::QK_K + i;
+                    let (p, l) = (i / 64, i % 64);
+                    let byte = b[16 + 32 * p + l % 32];
+                    let q = if l < 32 { byte & 15 } else { byte >> 4 };
+                    let (at, bit) = t.code_at(r, c);
+                    for (k, v) in ((q as u32) << bit).to_le_bytes().iter().enumerate() {
+                        t.codes[at + k] |= v;
+                    }
+                    if c % 32 == 0 {
+                        let (a, m) = ab[(r * per_row + bi) * 8 + i / 32];
+                        let tile = t.tile_of(r, c) * TileFormat::Q4k.scale_bytes();
+                        let sb = (c % TILE_K) / 32;
+                        for (neg, v) in [(false, a * f), (true, -m * f)] {
+                            let at = tile + TileFormat::q4k_pos(r % TILE_ROWS, sb, neg);
+                            t.scales[at..at + 2]
+                                .copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(t)
+    }
+
     /// Row-major f32 values as the kernels see them (global scale included).
     pub fn dequantize(&self) -> Vec<f32> {
         let k_tiles = self.cols / TILE_K;
@@ -222,6 +273,19 @@ mod tests {
         let q = Q2Host::quantize_ternary(&gaussian(r * c, &mut rng), r, c).unwrap();
         let t = TiledHost::from_q2("w", &q).unwrap();
         assert_eq!(t.dequantize(), q.dequantize());
+    }
+
+    #[test]
+    fn q4k_packs_within_f16_rounding_of_ggml() {
+        let mut rng = SmallRng::seed_from_u64(6);
+        let (r, c) = (32, 512);
+        let q = Q4kHost::quantize(&gaussian(r * c, &mut rng), r, c).unwrap();
+        let t = TiledHost::from_q4k("w", &q).unwrap();
+        let (a, b) = (q.dequantize(), t.dequantize());
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 2e-3 * scale, "{x} vs {y}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use denseffn::backend::{CpuBackend, GpuBackend};
 use denseffn::layer::{
-    kernels, DenseFfnLayer, DenseWeight, FfnActivation, ForwardContext, OverlayKind, PrefillArm,
+    kernels, DenseFfnLayer, DenseFfnWeights, DenseWeight, FfnActivation, ForwardContext,
+    OverlayKind, PrefillArm,
 };
 use denseffn::reference::rel_l2;
 use denseffn::Error;
@@ -16,7 +17,21 @@ use std::sync::Arc;
 /// Not multiples of 128: FP8's partial scale blocks are exercised.
 const H: usize = 192;
 const I: usize = 320;
-const KINDS: [OverlayKind; 3] = [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16];
+/// The layer shape a test uses for `kind`: Q4_K rows are whole 256-value super-blocks.
+fn dims(kind: OverlayKind) -> (usize, usize) {
+    if kind == OverlayKind::Q4k {
+        (256, 512)
+    } else {
+        (H, I)
+    }
+}
+
+const KINDS: [OverlayKind; 4] = [
+    OverlayKind::Q2,
+    OverlayKind::Q4k,
+    OverlayKind::Fp8,
+    OverlayKind::Bf16,
+];
 
 fn cpu() -> Arc<dyn GpuBackend> {
     Arc::new(CpuBackend::new())
@@ -60,12 +75,13 @@ fn paths() -> Vec<(&'static str, usize)> {
 #[test]
 fn every_path_of_every_overlay_matches_its_reference() {
     for kind in KINDS {
-        let o = OverlayHost::random(kind, H, I, 11);
+        let (h, i) = dims(kind);
+        let o = OverlayHost::random(kind, h, i, 11);
         for act in [FfnActivation::Silu, FfnActivation::Gelu] {
             let gpu = cpu();
             let layer = overlay_layer(&gpu, &o, act);
             let mut ctx = ForwardContext::new(&layer, 100).unwrap();
-            let x = activations(100 * H, 13);
+            let x = activations(100 * h, 13);
             let want = o.reference(&x, act);
             for (path, m) in paths() {
                 let before = gpu.launch_count();
@@ -81,7 +97,7 @@ fn every_path_of_every_overlay_matches_its_reference() {
                     _ => 3,
                 };
                 assert_eq!(launches as usize, expect, "{kind:?} {act:?} {path} m={m}");
-                let err = rel_l2(&got, &want[..m * H]);
+                let err = rel_l2(&got, &want[..m * h]);
                 assert!(err < 1e-2, "{kind:?} {act:?} {path} m={m}: rel L2 {err}");
             }
         }
@@ -91,37 +107,46 @@ fn every_path_of_every_overlay_matches_its_reference() {
 #[test]
 fn each_row_of_a_batch_equals_forward_of_that_row() {
     for kind in KINDS {
-        let o = OverlayHost::random(kind, H, I, 12);
+        let (h, i) = dims(kind);
+        let o = OverlayHost::random(kind, h, i, 12);
         let gpu = cpu();
         let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
         let mut ctx = ForwardContext::new(&layer, 8).unwrap();
-        let x = activations(8 * H, 14);
+        let x = activations(8 * h, 14);
         let batch = run(&layer, &gpu, "km", 8, &x, &mut ctx).unwrap();
         for t in 0..8 {
-            let one = run(&layer, &gpu, "forward", 1, &x[t * H..], &mut ctx).unwrap();
-            let e = rel_l2(&batch[t * H..(t + 1) * H], &one);
+            let one = run(&layer, &gpu, "forward", 1, &x[t * h..], &mut ctx).unwrap();
+            let e = rel_l2(&batch[t * h..(t + 1) * h], &one);
             assert!(e < 5e-3, "{kind:?} row {t}: {e}");
         }
     }
 }
 
 #[test]
-fn overlays_take_priority_q2_then_fp8_then_bf16() {
+fn overlays_take_priority_q2_then_q4k_then_fp8_then_bf16() {
     let gpu = cpu();
-    let mut layer = HostLayer::random(H, I, 1).layer(&gpu, FfnActivation::Silu);
+    let (h, i) = dims(OverlayKind::Q4k);
+    let mut layer = HostLayer::random(h, i, 1).layer(&gpu, FfnActivation::Silu);
     assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
-    let hosts: Vec<OverlayHost> = [OverlayKind::Bf16, OverlayKind::Fp8, OverlayKind::Q2]
-        .iter()
-        .map(|&k| OverlayHost::random(k, H, I, 2))
-        .collect();
+    let hosts: Vec<OverlayHost> = [
+        OverlayKind::Bf16,
+        OverlayKind::Fp8,
+        OverlayKind::Q4k,
+        OverlayKind::Q2,
+    ]
+    .iter()
+    .map(|&k| OverlayHost::random(k, h, i, 2))
+    .collect();
     let arms = [
         PrefillArm::Bf16Gemm,
         PrefillArm::Fp8Gemm,
+        PrefillArm::Q4kGemm,
         PrefillArm::Q2Gemm,
     ];
     let sets = [
         "bf16_gemv_gate_up",
         "w8a16_gemv_gate_up",
+        "q4k_gemv_gate_up",
         "q2_0_gemv_gate_up",
     ];
     for ((o, arm), set) in hosts.iter().zip(arms).zip(sets) {
@@ -134,6 +159,8 @@ fn overlays_take_priority_q2_then_fp8_then_bf16() {
     hosts[0].install(&mut layer).unwrap();
     assert_eq!(layer.active_overlay(), Some(OverlayKind::Q2));
     layer.clear_overlay(OverlayKind::Q2);
+    assert_eq!(layer.active_overlay(), Some(OverlayKind::Q4k));
+    layer.clear_overlay(OverlayKind::Q4k);
     assert_eq!(layer.active_overlay(), Some(OverlayKind::Fp8));
     layer.clear_overlay(OverlayKind::Fp8);
     layer.clear_overlay(OverlayKind::Bf16);
@@ -178,6 +205,12 @@ fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
                 "q2_0_gemm_gate_up_act",
                 "q2_0_gemm",
             ),
+            OverlayKind::Q4k => (
+                "q4k_gemv_gate_up",
+                "q4k_gemv",
+                "q4k_gemm_gate_up_act",
+                "q4k_gemm",
+            ),
             OverlayKind::Fp8 => (
                 "w8a16_gemv_gate_up",
                 "w8a16_gemv",
@@ -191,8 +224,9 @@ fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
                 "bf16_gemm",
             ),
         };
-        let o = OverlayHost::random(kind, H, I, 31);
-        let x = activations(9 * H, 32);
+        let (h, i) = dims(kind);
+        let o = OverlayHost::random(kind, h, i, 31);
+        let x = activations(9 * h, 32);
         for missing in [dual, single, gemm_dual, gemm] {
             let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[missing]));
             let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
@@ -238,15 +272,16 @@ fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
 /// same footprint, same results.
 #[test]
 fn failed_installs_leave_the_layer_unchanged() {
-    let x = activations(4 * H, 41);
-    let first = OverlayHost::random(OverlayKind::Fp8, H, I, 42);
     for kind in KINDS {
-        let o = OverlayHost::random(kind, H, I, 43);
+        let (h, i) = dims(kind);
+        let x = activations(4 * h, 41);
+        let first = OverlayHost::random(OverlayKind::Fp8, h, i, 42);
+        let o = OverlayHost::random(kind, h, i, 43);
         // Count the allocations one install makes.
         let allocs = {
             let cpu = Arc::new(CpuBackend::new());
             let gpu: Arc<dyn GpuBackend> = cpu.clone();
-            let mut layer = HostLayer::random(H, I, 5).layer(&gpu, FfnActivation::Silu);
+            let mut layer = HostLayer::random(h, i, 5).layer(&gpu, FfnActivation::Silu);
             let before = cpu.allocations_attempted();
             o.install(&mut layer).unwrap();
             cpu.allocations_attempted() - before
@@ -255,7 +290,7 @@ fn failed_installs_leave_the_layer_unchanged() {
         for fail in 0..allocs {
             let cpu = Arc::new(CpuBackend::new());
             let gpu: Arc<dyn GpuBackend> = cpu.clone();
-            let mut layer = HostLayer::random(H, I, 5).layer(&gpu, FfnActivation::Silu);
+            let mut layer = HostLayer::random(h, i, 5).layer(&gpu, FfnActivation::Silu);
             first.install(&mut layer).unwrap();
             let mut ctx = ForwardContext::new(&layer, 4).unwrap();
             let want = run(&layer, &gpu, "km", 4, &x, &mut ctx).unwrap();
@@ -332,4 +367,53 @@ fn bad_overlay_inputs_are_clear_errors() {
         Err(Error::BadWeights(_))
     ));
     assert_eq!(layer.active_overlay(), None);
+}
+
+/// Overlay-native layers start from placeholder NVFP4 weights: every path runs once an overlay is
+/// installed, and without one every path is a clear `Unsupported` error with nothing launched.
+#[test]
+fn placeholder_layers_run_only_through_an_overlay() {
+    for kind in KINDS {
+        let (h, i) = dims(kind);
+        let gpu = cpu();
+        let w = DenseFfnWeights::placeholder(&gpu, h, i).unwrap();
+        assert!(w.placeholder && w.decode_bytes() < 1024);
+        let mut layer = DenseFfnLayer::new(w, gpu.clone()).unwrap();
+        let mut ctx = ForwardContext::new(&layer, 9).unwrap();
+        let x = activations(9 * h, 51);
+        let before = gpu.launch_count();
+        for (path, m) in [
+            ("forward", 1),
+            ("k2", 2),
+            ("k3", 3),
+            ("km", 4),
+            ("prefill", 9),
+        ] {
+            match run(&layer, &gpu, path, m, &x, &mut ctx) {
+                Err(Error::Unsupported(msg)) => assert!(!msg.is_empty()),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            gpu.launch_count(),
+            before,
+            "a placeholder path launched a kernel"
+        );
+        assert!(!(1..=8).any(|m| layer.can_forward_km(m)));
+        let o = OverlayHost::random(kind, h, i, 52);
+        o.install(&mut layer).unwrap();
+        let want = o.reference(&x, FfnActivation::Silu);
+        for (path, m) in [
+            ("forward", 1),
+            ("k2", 2),
+            ("k3", 3),
+            ("km", 8),
+            ("prefill", 9),
+        ] {
+            let got = run(&layer, &gpu, path, m, &x, &mut ctx).unwrap();
+            let e = rel_l2(&got, &want[..m * h]);
+            assert!(e < 1e-2, "{kind:?} {path}: {e}");
+        }
+        assert!((1..=8).all(|m| layer.can_forward_km(m)));
+    }
 }

@@ -209,7 +209,7 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
     }
 }
 
-/// The FP8, BF16 and Q2_0 overlays on every path (forward, k2, k3, km m = 1..8, prefill
+/// The Q2_0, Q4_K, FP8 and BF16 overlays on every path (forward, k2, k3, km m = 1..8, prefill
 /// N ∈ {1, 64, 512, 4096}), against the CPU reference backend running the same layer (sampled
 /// tokens for prefill) and, for one token, the f64 reference of the format's own values. One
 /// shape is not a multiple of 128 (FP8's partial scale blocks).
@@ -225,7 +225,12 @@ fn overlays_match_cpu_reference_on_every_path() {
     };
     let nmax = *ns.iter().max().unwrap();
     for (h, i) in shapes(&[(4096, 14336), (4160, 14400)]) {
-        for kind in [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16] {
+        for kind in [
+            OverlayKind::Q2,
+            OverlayKind::Q4k,
+            OverlayKind::Fp8,
+            OverlayKind::Bf16,
+        ] {
             let o = OverlayHost::random(kind, h, i, (h + 7 * i) as u64);
             let base = HostLayer::random(h, i, 3);
             let x = activations(nmax * h, 5);

@@ -36,6 +36,10 @@ pub(crate) const KERNELS: &[&str] = &[
     "q2_0_gemv",
     "q2_0_gemm_gate_up_act",
     "q2_0_gemm",
+    "q4k_gemv_gate_up",
+    "q4k_gemv",
+    "q4k_gemm_gate_up_act",
+    "q4k_gemm",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -44,6 +48,7 @@ fn format_of(kernel: &str) -> Format {
         Some("bf16") => Format::Tiled(TileFormat::F16),
         Some("w8a16") => Format::Tiled(TileFormat::Fp8),
         Some("q2") => Format::Tiled(TileFormat::Q2),
+        Some("q4k") => Format::Tiled(TileFormat::Q4k),
         _ => Format::Nvfp4,
     }
 }

@@ -9,7 +9,9 @@ mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
-pub use overlay::{DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, TiledWeight};
+pub use overlay::{
+    DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
+};
 pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
@@ -102,6 +104,8 @@ impl KernelSet {
 
     /// The Q2_0 overlay's kernels.
     pub const Q2: KernelSet = KernelSet::overlay("q2_0_gemv_gate_up", "q2_0_gemv");
+    /// The native Q4_K weights' kernels.
+    pub const Q4K: KernelSet = KernelSet::overlay("q4k_gemv_gate_up", "q4k_gemv");
     /// The FP8 overlay's kernels (W8A16: FP8 weights, bf16 activations).
     pub const FP8: KernelSet = KernelSet::overlay("w8a16_gemv_gate_up", "w8a16_gemv");
     /// The BF16 overlay's decode kernels.
@@ -112,6 +116,7 @@ impl KernelSet {
         match overlay {
             None => &KernelSet::NVFP4,
             Some(OverlayKind::Q2) => &KernelSet::Q2,
+            Some(OverlayKind::Q4k) => &KernelSet::Q4K,
             Some(OverlayKind::Fp8) => &KernelSet::FP8,
             Some(OverlayKind::Bf16) => &KernelSet::BF16,
         }
@@ -234,21 +239,30 @@ impl DenseFfnLayer {
         &self.gpu
     }
 
-    /// The weights and kernels of decode, verify and km: the active overlay's, else NVFP4's.
-    fn route(&self) -> Route {
+    /// The kernel set of decode, verify and km: the active overlay's, else NVFP4's.
+    fn kernel_set(&self) -> &'static KernelSet {
+        KernelSet::of(self.active_overlay())
+    }
+
+    /// The weights and kernels of decode, verify and km: the active overlay's, else NVFP4's
+    /// (an error for placeholder NVFP4 weights).
+    fn route(&self) -> Result<Route> {
         match self.overlays.active() {
-            Some(o) => Route {
+            Some(o) => Ok(Route {
                 set: KernelSet::of(Some(o.kind)),
                 gate: (&o.gate).into(),
                 up: (&o.up).into(),
                 down: (&o.down).into(),
-            },
-            None => Route {
+            }),
+            None if self.weights.placeholder => Err(Error::Unsupported(
+                "the layer holds placeholder NVFP4 weights and no overlay: install one (set_bf16_weights, set_fp8_weights, set_q2_weights, set_q4k_weights)".into(),
+            )),
+            None => Ok(Route {
                 set: &KernelSet::NVFP4,
                 gate: (&self.weights.gate).into(),
                 up: (&self.weights.up).into(),
                 down: (&self.weights.down).into(),
-            },
+            }),
         }
     }
 
@@ -261,7 +275,7 @@ impl DenseFfnLayer {
     /// Kernels `forward` launches, in order: SiLU 2 (gate_up, silu_down), GELU 3 (gate_up,
     /// gelu_mul, down), of the active weight set.
     pub fn decode_kernels(&self) -> Vec<&'static str> {
-        let k = self.route().set;
+        let k = self.kernel_set();
         match self.activation {
             FfnActivation::Silu => vec![k.gate_up, k.silu_down],
             FfnActivation::Gelu => vec![k.gate_up, kernels::GELU_MUL, k.down],
@@ -313,7 +327,7 @@ impl DenseFfnLayer {
         if self.small_batch_via_prefill() {
             return self.prefill_kernels(k);
         }
-        let set = self.route().set;
+        let set = self.kernel_set();
         let i = usize::from(k != 2);
         vec![set.batch_gate_up[i], self.act_kernel(), set.batch_down[i]]
     }
@@ -324,7 +338,7 @@ impl DenseFfnLayer {
         if self.small_batch_via_prefill() {
             return self.prefill_kernels(m);
         }
-        let set = self.route().set;
+        let set = self.kernel_set();
         let g = if m > 4 { set.batch8 } else { set.batchm };
         vec![g, g, self.act_kernel(), g]
     }
@@ -371,7 +385,7 @@ impl DenseFfnLayer {
         }
         let names = self.verify_kernels(k);
         self.require(&names)?;
-        let r = self.route();
+        let r = self.route()?;
         self.launch_gemv(
             names[0],
             &mut self.gate_up_params(&r, input, k, ctx),
@@ -392,6 +406,7 @@ impl DenseFfnLayer {
     pub fn can_forward_km(&self, m: usize) -> bool {
         let names = self.km_kernels(m);
         (1..=MAX_GEMV_TOKENS).contains(&m)
+            && (self.small_batch_via_prefill() || self.route().is_ok())
             && !names.is_empty()
             && names.iter().all(|k| self.gpu.has_kernel(k))
     }
@@ -419,7 +434,7 @@ impl DenseFfnLayer {
         }
         let names = self.km_kernels(m);
         self.require(&names)?;
-        let r = self.route();
+        let r = self.route()?;
         self.launch_gemv(
             names[0],
             &mut self.gemv_params(&r.gate, input, ctx.g.ptr(), m, ctx),
@@ -519,7 +534,7 @@ impl DenseFfnLayer {
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
-        let r = self.route();
+        let r = self.route()?;
         self.launch_gemv(
             r.set.gate_up,
             &mut self.gate_up_params(&r, input, m, ctx),

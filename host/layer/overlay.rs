@@ -2,7 +2,7 @@
 //! weights in dispatch, each kept on the device in its own tiled layout
 //! (`denseffn_device::formats::tiles`), one copy serving decode, verify and prefill.
 //!
-//! Priority, on every path: Q2_0, then FP8, then BF16, then the NVFP4 weights (see the README's
+//! Priority, on every path: Q2_0, then Q4_K, then FP8, then BF16, then the NVFP4 weights (see the README's
 //! dispatch table). Installing an overlay is transactional: all three matrices are checked and
 //! uploaded first; on any error (bad shape, bad value, out of memory) the layer is unchanged.
 use super::DenseFfnLayer;
@@ -18,6 +18,10 @@ pub type Fp8Weight = crate::pack_fp8::Fp8Host;
 
 /// The input of [`DenseFfnLayer::set_q2_weights`]: ggml `block_q2_0` blocks, row-major.
 pub type PackedQ2Weight = crate::pack_q2::Q2Host;
+
+/// The input of [`DenseFfnLayer::set_q4k_weights`]: ggml `block_q4_K` blocks, row-major (as
+/// GGUF stores them).
+pub type Q4kWeight = crate::pack_q4k::Q4kHost;
 
 /// A dense BF16 matrix `[rows, cols]`, row-major: the input of
 /// [`DenseFfnLayer::set_bf16_weights`].
@@ -36,6 +40,8 @@ pub struct DenseWeight {
 pub enum OverlayKind {
     /// Ternary / 2-bit Q2_0.
     Q2,
+    /// Native Q4_K (from GGUF).
+    Q4k,
     /// FP8 E4M3, block-scaled.
     Fp8,
     /// BF16.
@@ -47,6 +53,7 @@ impl OverlayKind {
     pub fn name(self) -> &'static str {
         match self {
             OverlayKind::Q2 => "q2_0",
+            OverlayKind::Q4k => "q4k",
             OverlayKind::Fp8 => "fp8",
             OverlayKind::Bf16 => "bf16",
         }
@@ -56,6 +63,7 @@ impl OverlayKind {
     pub fn tile_format(self) -> TileFormat {
         match self {
             OverlayKind::Q2 => TileFormat::Q2,
+            OverlayKind::Q4k => TileFormat::Q4k,
             OverlayKind::Fp8 => TileFormat::Fp8,
             OverlayKind::Bf16 => TileFormat::F16,
         }
@@ -110,15 +118,17 @@ impl Overlay {
 #[derive(Debug, Default)]
 pub(crate) struct Overlays {
     pub q2: Option<Overlay>,
+    pub q4k: Option<Overlay>,
     pub fp8: Option<Overlay>,
     pub bf16: Option<Overlay>,
 }
 
 impl Overlays {
-    /// The overlay dispatch uses: the first installed of Q2_0, FP8, BF16.
+    /// The overlay dispatch uses: the first installed of Q2_0, Q4_K, FP8, BF16.
     pub fn active(&self) -> Option<&Overlay> {
         self.q2
             .as_ref()
+            .or(self.q4k.as_ref())
             .or(self.fp8.as_ref())
             .or(self.bf16.as_ref())
     }
@@ -126,13 +136,14 @@ impl Overlays {
     fn slot(&mut self, kind: OverlayKind) -> &mut Option<Overlay> {
         match kind {
             OverlayKind::Q2 => &mut self.q2,
+            OverlayKind::Q4k => &mut self.q4k,
             OverlayKind::Fp8 => &mut self.fp8,
             OverlayKind::Bf16 => &mut self.bf16,
         }
     }
 
     pub fn bytes(&self) -> usize {
-        [&self.q2, &self.fp8, &self.bf16]
+        [&self.q2, &self.q4k, &self.fp8, &self.bf16]
             .iter()
             .filter_map(|o| o.as_ref())
             .map(|o| o.bytes())
@@ -212,12 +223,36 @@ impl DenseFfnLayer {
         )
     }
 
+    /// Installs native Q4_K weights (ggml `block_q4_K`, as loaded from GGUF), kept on the device
+    /// as 4-bit tiles with per-row-sub-block f16 factors (`formats::tiles`, 5 bits a value).
+    /// Decode, verify and km run `q4k_gemv*`, prefill `q4k_gemm*` (dequantize-to-bf16 tensor-core
+    /// GEMM). Activations stay bf16 (staged as power-of-two-scaled f16), no int8 quantization.
+    pub fn set_q4k_weights(
+        &mut self,
+        gate: &Q4kWeight,
+        up: &Q4kWeight,
+        down: &Q4kWeight,
+    ) -> Result<()> {
+        self.install(
+            OverlayKind::Q4k,
+            [
+                ("gate", (gate.rows, gate.cols), &|n| {
+                    TiledHost::from_q4k(n, gate)
+                }),
+                ("up", (up.rows, up.cols), &|n| TiledHost::from_q4k(n, up)),
+                ("down", (down.rows, down.cols), &|n| {
+                    TiledHost::from_q4k(n, down)
+                }),
+            ],
+        )
+    }
+
     /// Removes an overlay (no-op if absent); dispatch falls back to the next in priority.
     pub fn clear_overlay(&mut self, kind: OverlayKind) {
         *self.overlays.slot(kind) = None;
     }
 
-    /// The overlay dispatch uses now (Q2_0, then FP8, then BF16), if any.
+    /// The overlay dispatch uses now (Q2_0, then Q4_K, then FP8, then BF16), if any.
     pub fn active_overlay(&self) -> Option<OverlayKind> {
         self.overlays.active().map(|o| o.kind)
     }
@@ -226,6 +261,7 @@ impl DenseFfnLayer {
     pub fn has_overlay(&self, kind: OverlayKind) -> bool {
         match kind {
             OverlayKind::Q2 => self.overlays.q2.is_some(),
+            OverlayKind::Q4k => self.overlays.q4k.is_some(),
             OverlayKind::Fp8 => self.overlays.fp8.is_some(),
             OverlayKind::Bf16 => self.overlays.bf16.is_some(),
         }

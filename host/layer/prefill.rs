@@ -5,7 +5,8 @@
 //! | priority | arm | runs when | kernels |
 //! |---|---|---|---|
 //! | 1 | `q2_0_gemm` | a Q2_0 overlay is installed | `q2_0_gemm_gate_up_act`, `q2_0_gemm` |
-//! | 2 | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
+//! | 2 | `q4k_gemm` | native Q4_K weights are installed | `q4k_gemm_gate_up_act`, `q4k_gemm` |
+//! | 2b | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
 //! | 3a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
 //! | 3b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
 //! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
@@ -33,6 +34,8 @@ pub enum PrefillArm {
     Nvfp4TM128,
     /// The same GEMM over the Q2_0 overlay's 2-bit tiles.
     Q2Gemm,
+    /// The same GEMM over the native Q4_K weights' 4-bit tiles.
+    Q4kGemm,
     /// The same GEMM over the FP8 overlay's E4M3 tiles (W8A16).
     Fp8Gemm,
     /// The same GEMM over the BF16 overlay's f16 tiles.
@@ -47,6 +50,7 @@ impl PrefillArm {
         match self {
             PrefillArm::Nvfp4TM128 => "nvfp4_t_m128",
             PrefillArm::Q2Gemm => "q2_0_gemm",
+            PrefillArm::Q4kGemm => "q4k_gemm",
             PrefillArm::Fp8Gemm => "w8a16_gemm",
             PrefillArm::Bf16Gemm => "bf16_gemm",
             PrefillArm::Bf16GemvM8 => "bf16_gemv_m8",
@@ -59,6 +63,7 @@ impl PrefillArm {
         match self {
             PrefillArm::Nvfp4TM128 => &["gemm_nvfp4_t_gate_up_act", "gemm_nvfp4_t_down"],
             PrefillArm::Q2Gemm => &["q2_0_gemm_gate_up_act", "q2_0_gemm"],
+            PrefillArm::Q4kGemm => &["q4k_gemm_gate_up_act", "q4k_gemm"],
             PrefillArm::Fp8Gemm => &["w8a16_gemm_gate_up_act", "w8a16_gemm"],
             PrefillArm::Bf16Gemm => &["bf16_gemm_gate_up_act", "bf16_gemm"],
             PrefillArm::Bf16GemvM8 => &["bf16_gemv_gate_up", "bf16_gemv"],
@@ -94,6 +99,7 @@ impl DenseFfnLayer {
     pub fn prefill_arm(&self) -> Result<PrefillArm> {
         match self.active_overlay() {
             Some(OverlayKind::Q2) => return Ok(PrefillArm::Q2Gemm),
+            Some(OverlayKind::Q4k) => return Ok(PrefillArm::Q4kGemm),
             Some(OverlayKind::Fp8) => return Ok(PrefillArm::Fp8Gemm),
             Some(OverlayKind::Bf16) => return Ok(PrefillArm::Bf16Gemm),
             None => {}
@@ -150,6 +156,7 @@ impl DenseFfnLayer {
         };
         match arm {
             PrefillArm::Q2Gemm => overlay(OverlayKind::Q2),
+            PrefillArm::Q4kGemm => overlay(OverlayKind::Q4k),
             PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
             PrefillArm::Bf16Gemm | PrefillArm::Bf16GemvM8 => overlay(OverlayKind::Bf16),
             PrefillArm::Nvfp4TM128 => {

@@ -53,6 +53,10 @@ pub struct DenseFfnWeights {
     pub up_t: Option<Nvfp4Weight>,
     /// Down projection, prefill layout.
     pub down_t: Option<Nvfp4Weight>,
+    /// True for [`DenseFfnWeights::placeholder`]: the NVFP4 buffers hold no matrix and no
+    /// NVFP4 kernel may read them (the paths refuse with `Unsupported` unless an overlay is
+    /// installed).
+    pub placeholder: bool,
 }
 
 impl DenseFfnWeights {
@@ -97,6 +101,43 @@ impl DenseFfnWeights {
             gate_t: Some(tiled("gate_t", gate)?),
             up_t: Some(tiled("up_t", up)?),
             down_t: Some(tiled("down_t", down)?),
+            placeholder: false,
+        })
+    }
+
+    /// Placeholder NVFP4 weights of the right shape for a layer whose weights come from an
+    /// overlay (`set_bf16_weights`, `set_fp8_weights`, `set_q2_weights`, `set_q4k_weights`):
+    /// 16-byte buffers, no `_t` copies. Every NVFP4 path of such a layer is an `Unsupported`
+    /// error; with an overlay installed, every path runs the overlay's kernels.
+    pub fn placeholder(
+        gpu: &Arc<dyn GpuBackend>,
+        hidden: usize,
+        intermediate: usize,
+    ) -> Result<Self> {
+        if hidden == 0 || intermediate == 0 {
+            return Err(Error::Shape(format!(
+                "placeholder weights: zero-sized layer {hidden} × {intermediate}"
+            )));
+        }
+        let w = |rows, cols| -> Result<Nvfp4Weight> {
+            Ok(Nvfp4Weight {
+                rows,
+                cols,
+                codes: DeviceBuffer::zeroed(gpu, 16)?,
+                scales: DeviceBuffer::zeroed(gpu, 16)?,
+                global: 0.0,
+            })
+        };
+        Ok(DenseFfnWeights {
+            hidden,
+            intermediate,
+            gate: w(intermediate, hidden)?,
+            up: w(intermediate, hidden)?,
+            down: w(hidden, intermediate)?,
+            gate_t: None,
+            up_t: None,
+            down_t: None,
+            placeholder: true,
         })
     }
 

@@ -110,6 +110,7 @@ enum OverlayParts {
     Fp8([denseffn::layer::Fp8Weight; 3]),
     Bf16([denseffn::layer::DenseWeight; 3]),
     Q2([denseffn::layer::PackedQ2Weight; 3]),
+    Q4k([denseffn::layer::Q4kWeight; 3]),
 }
 
 impl OverlayHost {
@@ -144,6 +145,9 @@ impl OverlayHost {
                 denseffn::pack_q2::Q2Host::quantize_ternary(&vals[i], shapes[i].0, shapes[i].1)
                     .unwrap()
             })),
+            OverlayKind::Q4k => OverlayParts::Q4k(std::array::from_fn(|i| {
+                denseffn::pack_q4k::Q4kHost::quantize(&vals[i], shapes[i].0, shapes[i].1).unwrap()
+            })),
         };
         OverlayHost {
             kind,
@@ -159,6 +163,7 @@ impl OverlayHost {
             OverlayParts::Fp8([g, u, d]) => layer.set_fp8_weights(g, u, d),
             OverlayParts::Bf16([g, u, d]) => layer.set_bf16_weights(g, u, d),
             OverlayParts::Q2([g, u, d]) => layer.set_q2_weights(g, u, d),
+            OverlayParts::Q4k([g, u, d]) => layer.set_q4k_weights(g, u, d),
         }
     }
 
@@ -170,6 +175,7 @@ impl OverlayHost {
                 std::array::from_fn(|i| p[i].data.iter().map(|v| v.to_f32()).collect())
             }
             OverlayParts::Q2(p) => std::array::from_fn(|i| p[i].dequantize()),
+            OverlayParts::Q4k(p) => std::array::from_fn(|i| p[i].dequantize()),
         }
     }
 

@@ -114,3 +114,14 @@ pub fn hsub2(a: u32, b: u32) -> u32 {
     };
     r
 }
+
+/// Packed f16x2 fused multiply-add `a·b + c`, rounded once.
+#[inline(always)]
+pub fn hfma2(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("fma.rn.f16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(nostack, pure, nomem))
+    };
+    r
+}

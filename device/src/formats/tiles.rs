@@ -20,6 +20,14 @@
 //!   `2s` (even column) and `16 + 2s` (odd column), `s = 4·(j % 2) + r`. Scales: each row's
 //!   block `d` (f16, times one power of two per tensor, `global = 2^-e`), `(row g, row g+8)` as
 //!   one f16 pair at `g · 4`, 32 bytes per tile. The code `c` means `(c − 1) · d`.
+//! - [`TileFormat::Q4k`] (native Q4_K weights, ggml's `block_q4_K` re-laid): 4-bit codes, 16
+//!   bytes per lane at `lane · 16`, word `j`; in it, register `r` sits at bits `4r` (even column)
+//!   and `16 + 4r` (odd column). Scales: per row and 32-column sub-block the two f16 factors of
+//!   `value = a·q − b` (`a = d·scale`, `b = dmin·min`, computed in f32 as ggml does, then times
+//!   one power of two per tensor, `global = 2^-e`, and rounded to f16; `−b` is stored), 128
+//!   bytes per tile: lane group `g` reads 16 bytes at `g · 16`, words
+//!   `[a, −b]` of sub-block 0 then of sub-block 1, each an f16 pair `(row g, row g+8)`. The
+//!   device copy takes 5 bits a value (ggml's takes 4.5: its 6-bit scales are expanded).
 
 use super::{e4m3, q4k::f16_to_f32};
 
@@ -37,6 +45,8 @@ pub enum TileFormat {
     Fp8,
     /// 2-bit codes with per-row-block f16 scales (from Q2_0 weights).
     Q2,
+    /// 4-bit codes with per-row-sub-block f16 (a, −b) (from Q4_K weights).
+    Q4k,
 }
 
 impl TileFormat {
@@ -46,6 +56,7 @@ impl TileFormat {
             TileFormat::F16 => TILE_ROWS * TILE_K * 2,
             TileFormat::Fp8 => TILE_ROWS * TILE_K,
             TileFormat::Q2 => TILE_ROWS * TILE_K / 4,
+            TileFormat::Q4k => TILE_ROWS * TILE_K / 2,
         }
     }
 
@@ -55,6 +66,7 @@ impl TileFormat {
             TileFormat::F16 => 0,
             TileFormat::Fp8 => 4,
             TileFormat::Q2 => 32,
+            TileFormat::Q4k => 128,
         }
     }
 
@@ -72,16 +84,25 @@ impl TileFormat {
                 let s = 4 * (j % 2) + r;
                 (lane * 8 + (j / 2) * 4, (2 * s + 16 * half) as u32)
             }
+            TileFormat::Q4k => (lane * 16 + j * 4, (4 * r + 16 * half) as u32),
         }
     }
 
     /// Byte offset of the f16 scale that applies to row `lr` of a tile (`None`: no scales).
+    /// For [`TileFormat::Q4k`], the factor `a` of sub-block 0 (see [`TileFormat::q4k_pos`]).
     pub const fn scale_pos(self, lr: usize) -> Option<usize> {
         match self {
             TileFormat::F16 => None,
             TileFormat::Fp8 => Some(0),
             TileFormat::Q2 => Some((lr % 8) * 4 + 2 * (lr / 8)),
+            TileFormat::Q4k => Some(Self::q4k_pos(lr, 0, false)),
         }
+    }
+
+    /// Byte offset in a [`TileFormat::Q4k`] tile's scales of row `lr`'s `a` (or `−b` when
+    /// `neg_b`) for 32-column sub-block `sb` (0 or 1).
+    pub const fn q4k_pos(lr: usize, sb: usize, neg_b: bool) -> usize {
+        (lr % 8) * 16 + sb * 8 + if neg_b { 4 } else { 0 } + 2 * (lr / 8)
     }
 
     /// Decodes one tile (without the global scale) into `out[row][col]`.
@@ -104,6 +125,23 @@ impl TileFormat {
                         ]);
                         (((word >> bit) & 3) as f32 - 1.0) * scale.unwrap_or(1.0)
                     }
+                    TileFormat::Q4k => {
+                        let word = u32::from_le_bytes([
+                            codes[off],
+                            codes[off + 1],
+                            codes[off + 2],
+                            codes[off + 3],
+                        ]);
+                        let f = |at: usize| {
+                            f16_to_f32(u16::from_le_bytes([scales[at], scales[at + 1]]))
+                        };
+                        let sb = lk / 32;
+                        let (a, nb) = (
+                            f(Self::q4k_pos(lr, sb, false)),
+                            f(Self::q4k_pos(lr, sb, true)),
+                        );
+                        ((word >> bit) & 15) as f32 * a + nb
+                    }
                 };
             }
         }
@@ -117,11 +155,17 @@ mod tests {
     /// Every element of a tile has its own place, and the places fill the tile exactly.
     #[test]
     fn positions_are_a_bijection() {
-        for f in [TileFormat::F16, TileFormat::Fp8, TileFormat::Q2] {
+        for f in [
+            TileFormat::F16,
+            TileFormat::Fp8,
+            TileFormat::Q2,
+            TileFormat::Q4k,
+        ] {
             let bits_per = match f {
                 TileFormat::F16 => 16,
                 TileFormat::Fp8 => 8,
                 TileFormat::Q2 => 2,
+                TileFormat::Q4k => 4,
             };
             let mut used = [false; TILE_ROWS * TILE_K * 16];
             for lr in 0..TILE_ROWS {
@@ -162,8 +206,32 @@ mod tests {
                     let (off, bit) = TileFormat::Q2.code_pos(lr, lk + 1);
                     assert_eq!(off, lane * 8 + (j / 2) * 4);
                     assert_eq!(bit, 2 * (4 * (j as u32 % 2) + r as u32) + 16);
+                    let (off, bit) = TileFormat::Q4k.code_pos(lr, lk + 1);
+                    assert_eq!((off, bit), (lane * 16 + j * 4, 4 * r as u32 + 16));
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod q4k_tests {
+    use super::*;
+
+    /// The Q4_K scale slots of a tile are distinct and fill its 128 bytes.
+    #[test]
+    fn q4k_scale_slots_fill_the_tile() {
+        let mut used = [false; 128];
+        for lr in 0..TILE_ROWS {
+            for sb in 0..2 {
+                for neg in [false, true] {
+                    let at = TileFormat::q4k_pos(lr, sb, neg);
+                    assert!(!used[at] && !used[at + 1]);
+                    used[at] = true;
+                    used[at + 1] = true;
+                }
+            }
+        }
+        assert!(used.iter().all(|&u| u));
     }
 }

@@ -11,7 +11,7 @@
 //! epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
-use super::tiles::{Fp8, Nvfp4, Tiles, F16, Q2};
+use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF};
@@ -216,3 +216,4 @@ macro_rules! overlay_gemm {
 overlay_gemm!(F16, bf16_gemm_gate_up_act, bf16_gemm);
 overlay_gemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm);
 overlay_gemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm);
+overlay_gemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm);

@@ -10,7 +10,7 @@
 //! Activations are staged per block into shared memory as f16 scaled by a power of two per
 //! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
-use super::tiles::{Fp8, Nvfp4, Tiles, F16, Q2};
+use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
@@ -366,3 +366,4 @@ macro_rules! overlay_gemv {
 overlay_gemv!(F16, bf16_gemv_gate_up, bf16_gemv);
 overlay_gemv!(Fp8, w8a16_gemv_gate_up, w8a16_gemv);
 overlay_gemv!(Q2, q2_0_gemv_gate_up, q2_0_gemv);
+overlay_gemv!(Q4k, q4k_gemv_gate_up, q4k_gemv);

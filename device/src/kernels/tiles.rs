@@ -33,6 +33,8 @@ pub struct F16;
 pub struct Fp8;
 /// 2-bit tiles with per-row f16 scales (the Q2_0 overlay).
 pub struct Q2;
+/// 4-bit tiles with per-row-sub-block f16 `(a, −b)` (native Q4_K weights).
+pub struct Q4k;
 
 impl Tiles for Nvfp4 {
     type Lane = ([u32; 4], [u32; 2]);
@@ -148,6 +150,41 @@ impl Tiles for Q2 {
             hmul2(f(1), s_hi),
             hmul2(f(2), s_lo),
             hmul2(f(3), s_hi),
+        ]
+    }
+}
+
+/// f16x2 (1024, 1024): `(1024 + q) − 1024 = q`, exactly.
+const Q4K_BIAS: u32 = 0x6400_6400;
+
+impl Tiles for Q4k {
+    type Lane = ([u32; 4], [u32; 4]);
+    const ZERO: Self::Lane = ([0; 4], [0; 4]);
+    const FACTOR: f32 = 1.0;
+    const UNROLL: u32 = 3;
+
+    #[inline(always)]
+    unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
+        let (lane, g) = (lane() as usize, lane() as usize / 4);
+        (
+            ld_nc_v4((codes as *const u8).add(tile * TileFormat::Q4k.code_bytes() + lane * 16)),
+            ld_nc_v4((scales as *const u8).add(tile * TileFormat::Q4k.scale_bytes() + g * 16)),
+        )
+    }
+
+    #[inline(always)]
+    fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
+        let w = l.0[j as usize];
+        let sb = (j / 2) as usize;
+        let (a, nb) = (l.1[2 * sb], l.1[2 * sb + 1]);
+        let (a_lo, a_hi) = (prmt(a, 0, 0x1010), prmt(a, 0, 0x3232));
+        let (b_lo, b_hi) = (prmt(nb, 0, 0x1010), prmt(nb, 0, 0x3232));
+        let q = |r: u32| hsub2(((w >> (4 * r)) & 0x000F_000F) | 0x6400_6400, Q4K_BIAS);
+        [
+            hfma2(q(0), a_lo, b_lo),
+            hfma2(q(1), a_hi, b_hi),
+            hfma2(q(2), a_lo, b_lo),
+            hfma2(q(3), a_hi, b_hi),
         ]
     }
 }
