@@ -231,6 +231,9 @@ fn overlays_match_cpu_reference_on_every_path() {
             OverlayKind::Fp8,
             OverlayKind::Bf16,
         ] {
+            if kind == OverlayKind::Q4k && (h % 256 != 0 || i % 256 != 0) {
+                continue; // Q4_K rows are whole 256-value super-blocks
+            }
             let o = OverlayHost::random(kind, h, i, (h + 7 * i) as u64);
             let base = HostLayer::random(h, i, 3);
             let x = activations(nmax * h, 5);
