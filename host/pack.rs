@@ -79,6 +79,65 @@ impl Nvfp4Host {
         })
     }
 
+    /// Imports ggml's `block_nvfp4` rows (GGUF type 40): 64 values per 36-byte block, four UE4M3
+    /// sub-block scales `d[4]`, then 32 code bytes where byte `8s + j` holds E2M1 values `j`
+    /// (low nibble) and `j + 8` (high nibble) of sub-block `s`; ggml's value is
+    /// `e2m1(code) · ue4m3(d[s])` (its code table is doubled and its scale decode halves). The
+    /// result is exactly the same numbers in the ModelOpt layout with `global = 1`. UE4M3 bytes
+    /// ignore bit 7; 0x7F decodes as 0 (as ggml does); 0xFF (480) has no E4M3 form and is an
+    /// error.
+    pub fn from_ggml_nvfp4(tensor: &str, rows: usize, cols: usize, blocks: &[u8]) -> Result<Self> {
+        const QK: usize = 64;
+        const BYTES: usize = 36;
+        if rows == 0 || cols == 0 || cols % QK != 0 {
+            return Err(Error::Shape(format!(
+                "{tensor}: NVFP4 (ggml) needs columns a multiple of {QK}, got [{rows}, {cols}]"
+            )));
+        }
+        let want = rows * cols / QK * BYTES;
+        if blocks.len() != want {
+            return Err(Error::Shape(format!(
+                "{tensor}: {} bytes of NVFP4 blocks for [{rows}, {cols}], expected {want}",
+                blocks.len()
+            )));
+        }
+        let mut codes = vec![0u8; rows * cols / 2];
+        let mut scales = vec![0u8; rows * cols / nvfp4::GROUP];
+        for (b, blk) in blocks.chunks_exact(BYTES).enumerate() {
+            for s in 0..4 {
+                let d = blk[s];
+                scales[b * 4 + s] = match d {
+                    0xFF => {
+                        return Err(Error::BadWeights(format!(
+                            "{tensor}: block {b} sub-block {s} has UE4M3 scale byte 0xFF (480), beyond E4M3"
+                        )))
+                    }
+                    0x7F => 0,
+                    d => d & 0x7F,
+                };
+                let mut v = [0u8; 16];
+                for j in 0..8 {
+                    let q = blk[4 + 8 * s + j];
+                    v[j] = q & 0xF;
+                    v[j + 8] = q >> 4;
+                }
+                let at = (b * QK + 16 * s) / 2;
+                for t in 0..8 {
+                    codes[at + t] = v[2 * t] | (v[2 * t + 1] << 4);
+                }
+            }
+        }
+        let w = Nvfp4Host {
+            rows,
+            cols,
+            codes,
+            scales,
+            global: 1.0,
+        };
+        w.validate(tensor)?;
+        Ok(w)
+    }
+
     /// Checks sizes and values: buffers match the shape; no NaN or negative scale; a finite,
     /// positive global scale. Names `tensor` in the error.
     pub fn validate(&self, tensor: &str) -> Result<()> {
@@ -313,4 +372,76 @@ pub fn random_activations(len: usize, rng: &mut impl RngCore) -> Vec<f32> {
             half::bf16::from_f32(v).to_f32()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod ggml_nvfp4_tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+
+    /// ggml's definition, restated: `kvalues_mxfp4[q] · ue4m3_half(d)`, the table doubled and
+    /// the scale decode halved (0x00 and 0x7F decode to 0; bit 7 ignored).
+    fn ggml_value(block: &[u8], i: usize) -> f32 {
+        const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+        let (s, j) = (i / 16, i % 16);
+        let d = block[s];
+        let half = if d == 0 || d == 0x7F {
+            0.0
+        } else {
+            let (e, m) = (((d >> 3) & 0xF) as i32, (d & 7) as f32);
+            let raw = if e == 0 {
+                m * 2f32.powi(-9)
+            } else {
+                (1.0 + m / 8.0) * 2f32.powi(e - 7)
+            };
+            raw * 0.5
+        };
+        let byte = block[4 + 8 * s + j % 8];
+        let q = if j < 8 { byte & 0xF } else { byte >> 4 };
+        KVALUES[q as usize] as f32 * half
+    }
+
+    #[test]
+    fn ggml_blocks_import_to_the_same_values() {
+        let mut rng = SmallRng::seed_from_u64(9);
+        let (rows, cols) = (3, 128);
+        let mut blocks = vec![0u8; rows * cols / 64 * 36];
+        rng.fill_bytes(&mut blocks);
+        for (b, blk) in blocks.chunks_exact_mut(36).enumerate() {
+            for s in 0..4 {
+                // random normal/subnormal scales, bit 7 sometimes set, the 0x7F zero code once
+                blk[s] = match (b + s) % 7 {
+                    0 => 0x7F,
+                    1 => 0x03,
+                    _ => (blk[s] % 0x70) | (blk[s] & 0x80),
+                };
+            }
+        }
+        let w = Nvfp4Host::from_ggml_nvfp4("t", rows, cols, &blocks).unwrap();
+        let got = w.dequantize();
+        for r in 0..rows {
+            for c in 0..cols {
+                let blk = &blocks[(r * cols + c) / 64 * 36..][..36];
+                assert_eq!(got[r * cols + c], ggml_value(blk, c % 64), "[{r}, {c}]");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_ggml_blocks_are_errors() {
+        let ok = vec![0x11u8; 36];
+        assert!(matches!(
+            Nvfp4Host::from_ggml_nvfp4("t", 1, 64, &ok[..35]),
+            Err(Error::Shape(_))
+        ));
+        assert!(matches!(
+            Nvfp4Host::from_ggml_nvfp4("t", 1, 32, &ok),
+            Err(Error::Shape(_))
+        ));
+        let mut bad = ok.clone();
+        bad[2] = 0xFF;
+        let e = Nvfp4Host::from_ggml_nvfp4("blk.0.ffn_up.weight", 1, 64, &bad).unwrap_err();
+        assert!(matches!(e, Error::BadWeights(_)) && e.to_string().contains("ffn_up"), "{e}");
+    }
 }

@@ -30,6 +30,7 @@
 //! Q4_K blocks with a negative or non-finite `d`/`dmin`; [`Error::Invalid`] for a layer index
 //! past the last layer.
 use crate::error::{Error, Result};
+use crate::pack::Nvfp4Host;
 use crate::pack_q2::Q2Host;
 use crate::pack_q4k::Q4kHost;
 use half::slice::HalfFloatSliceExt;
@@ -50,6 +51,8 @@ pub const GGML_TYPE_Q4_K: u32 = 12;
 pub const GGML_TYPE_BF16: u32 = 30;
 /// ggml type id of `block_q2_0` (64 ternary/2-bit values, f16 `d`).
 pub const GGML_TYPE_Q2_0: u32 = 42;
+/// ggml's NVFP4 (`block_nvfp4`, 64 values in 36 bytes).
+pub const GGML_TYPE_NVFP4: u32 = 40;
 
 /// The dense FFN projections as GGUF names them (`blk.N.ffn_{P}.weight`), in the order
 /// [`load_ffn_gguf`] returns them.
@@ -160,6 +163,9 @@ pub enum GgufWeight {
     Q4K(Q4kHost),
     /// Q2_0 blocks exactly as the file stores them (checked with [`Q2Host::validate`]).
     Q2(Q2Host),
+    /// ggml NVFP4 blocks, re-laid exactly into the ModelOpt layout with global scale 1
+    /// ([`Nvfp4Host::from_ggml_nvfp4`]).
+    Nvfp4(Nvfp4Host),
     /// Row-major f32 values, from an F32, F16 or BF16 tensor (converted exactly).
     F32 {
         /// Output features.
@@ -177,6 +183,7 @@ impl GgufWeight {
         match self {
             GgufWeight::Q4K(q) => q.rows,
             GgufWeight::Q2(q) => q.rows,
+            GgufWeight::Nvfp4(q) => q.rows,
             GgufWeight::F32 { rows, .. } => *rows,
         }
     }
@@ -186,6 +193,7 @@ impl GgufWeight {
         match self {
             GgufWeight::Q4K(q) => q.cols,
             GgufWeight::Q2(q) => q.cols,
+            GgufWeight::Nvfp4(q) => q.cols,
             GgufWeight::F32 { cols, .. } => *cols,
         }
     }
@@ -195,6 +203,7 @@ impl GgufWeight {
         match self {
             GgufWeight::Q4K(q) => q.dequantize(),
             GgufWeight::Q2(q) => q.dequantize(),
+            GgufWeight::Nvfp4(q) => q.dequantize(),
             GgufWeight::F32 { data, .. } => data.clone(),
         }
     }
@@ -448,12 +457,17 @@ impl<'p> GgufFile<'p> {
         let tname = type_name(t.ty);
         let supported = matches!(
             t.ty,
-            GGML_TYPE_Q4_K | GGML_TYPE_Q2_0 | GGML_TYPE_F32 | GGML_TYPE_F16 | GGML_TYPE_BF16
+            GGML_TYPE_Q4_K
+                | GGML_TYPE_Q2_0
+                | GGML_TYPE_NVFP4
+                | GGML_TYPE_F32
+                | GGML_TYPE_F16
+                | GGML_TYPE_BF16
         );
         if !supported {
             return Err(Error::Unsupported(format!(
                 "{name} ({shown}) has ggml type {} ({tname}); FFN weights are read as Q4_K, Q2_0, \
-                 F32, F16 or BF16",
+                 NVFP4, F32, F16 or BF16",
                 t.ty
             )));
         }
@@ -477,6 +491,11 @@ impl<'p> GgufFile<'p> {
             };
             q.validate(name)?;
             return Ok(GgufWeight::Q4K(q));
+        }
+        if t.ty == GGML_TYPE_NVFP4 {
+            return Ok(GgufWeight::Nvfp4(Nvfp4Host::from_ggml_nvfp4(
+                name, rows, cols, data,
+            )?));
         }
         if t.ty == GGML_TYPE_Q2_0 {
             let q = Q2Host {
