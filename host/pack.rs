@@ -442,6 +442,9 @@ mod ggml_nvfp4_tests {
         let mut bad = ok.clone();
         bad[2] = 0xFF;
         let e = Nvfp4Host::from_ggml_nvfp4("blk.0.ffn_up.weight", 1, 64, &bad).unwrap_err();
-        assert!(matches!(e, Error::BadWeights(_)) && e.to_string().contains("ffn_up"), "{e}");
+        assert!(
+            matches!(e, Error::BadWeights(_)) && e.to_string().contains("ffn_up"),
+            "{e}"
+        );
     }
 }

@@ -6,4 +6,6 @@
 pub mod gguf;
 pub mod safetensors;
 
-pub use self::safetensors::{inspect, load_fp8_layer, load_nvfp4_layer, FfnTensorInfo};
+pub use self::safetensors::{
+    inspect, load_bf16_layer, load_fp8_layer, load_nvfp4_layer, FfnTensorInfo,
+};

@@ -21,9 +21,11 @@
 //! [`Error::BadWeights`] for NaN or negative block scales and a global scale that is not finite
 //! and positive; [`Error::Invalid`] for a layer index past the last layer.
 use crate::error::{Error, Result};
+use crate::layer::DenseWeight;
 use crate::pack::Nvfp4Host;
 use crate::pack_fp8::Fp8Host;
 use ::safetensors::tensor::{Dtype, Metadata, SafeTensorError, SafeTensors};
+use half::bf16;
 use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -91,6 +93,18 @@ pub fn load_nvfp4_layer(path: &Path, layer: usize) -> Result<(Nvfp4Host, Nvfp4Ho
 /// [`Fp8Host`]s; `path` and errors as for [`load_nvfp4_layer`].
 pub fn load_fp8_layer(path: &Path, layer: usize) -> Result<(Fp8Host, Fp8Host, Fp8Host)> {
     load_layer(path, layer, Checkpoint::fp8, |w: &Fp8Host| (w.rows, w.cols))
+}
+
+/// Loads layer `layer`'s FFN from a BF16 checkpoint: per projection `weight` (BF16 `[out, in]`)
+/// as [`DenseWeight`]s (for [`crate::layer::DenseFfnLayer::set_bf16_weights`]); NaN/Inf values
+/// are an error naming the tensor. `path` and errors as for [`load_nvfp4_layer`].
+pub fn load_bf16_layer(
+    path: &Path,
+    layer: usize,
+) -> Result<(DenseWeight, DenseWeight, DenseWeight)> {
+    load_layer(path, layer, Checkpoint::bf16, |w: &DenseWeight| {
+        (w.rows, w.cols)
+    })
 }
 
 /// Opens the checkpoint, checks `layer` is in range, reads the three projections with `read`
@@ -484,6 +498,37 @@ impl Checkpoint {
         };
         host.validate(prefix)?;
         Ok(host)
+    }
+
+    /// The BF16 matrix `{prefix}.weight`, checked for NaN/Inf.
+    fn bf16(&mut self, prefix: &str) -> Result<DenseWeight> {
+        let wname = format!("{prefix}.weight");
+        let w = self.typed(&wname, Dtype::BF16, "BF16 weights")?;
+        let &[rows, cols] = w.shape.as_slice() else {
+            return Err(Error::Shape(format!(
+                "{wname}: shape {:?}, expected 2 dimensions [out, in]",
+                w.shape
+            )));
+        };
+        if rows == 0 || cols == 0 {
+            return Err(Error::Shape(format!(
+                "{wname}: zero-sized shape [{rows}, {cols}]"
+            )));
+        }
+        let data: Vec<bf16> = w
+            .data
+            .chunks_exact(2)
+            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+            .collect();
+        if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::BadWeights(format!(
+                "{wname}: value [{}, {}] is {}",
+                i / cols,
+                i % cols,
+                data[i]
+            )));
+        }
+        Ok(DenseWeight { rows, cols, data })
     }
 
     /// The NVFP4 matrix `{prefix}.weight` / `.weight_scale` / `.weight_scale_2`, checked.
