@@ -3,35 +3,18 @@
 //! clear errors. And the embedded ggml anchor table parses to the figures it holds.
 use denseffn::bench::anchors::{self, Unit};
 use denseffn::bench::formats::FORMATS;
-use std::process::Command;
 
-fn denseffn(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_denseffn"))
-        .args(args)
-        .output()
-        .expect("run denseffn")
-}
+mod common;
+use common::denseffn_cli as denseffn;
 
 #[test]
 fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
     let dir = std::env::temp_dir().join(format!("denseffn-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = denseffn(&[
-        "bench",
-        "--backend",
-        "cpu",
-        "--hidden",
-        "128",
-        "--intermediate",
-        "256",
-        "--m",
-        "1..8",
-        "--n",
-        "4,8",
-        "--quick",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    let cmd = "bench --backend cpu --hidden 128 --intermediate 256 --m 1..8 --n 4,8 --quick --out";
+    let mut args: Vec<&str> = cmd.split(' ').collect();
+    args.push(dir.to_str().unwrap());
+    let out = denseffn(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let md = std::fs::read_to_string(dir.join("bench.md")).unwrap();

@@ -1,5 +1,5 @@
 //! The weight formats `denseffn bench` measures, as one list: adding a format is one line in
-//! [`FORMATS`] (plus, for a new overlay, the function that installs random weights of it).
+//! [`FORMATS`] (plus, for a new overlay, a `synth` function making random weights of it).
 use super::synth;
 use crate::layer::{DenseFfnLayer, OverlayKind};
 use crate::Result;
@@ -21,9 +21,9 @@ pub struct BenchFormat {
 #[rustfmt::skip]
 pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "nvfp4", ggml: "nvfp4", install: |_, _| Ok(()), remove: |_| {} },
-    BenchFormat { name: "fp8", ggml: "q8_0", install: install_fp8, remove: |l| l.clear_overlay(OverlayKind::Fp8) },
-    BenchFormat { name: "bf16", ggml: "bf16", install: install_bf16, remove: |l| l.clear_overlay(OverlayKind::Bf16) },
-    BenchFormat { name: "q2_0", ggml: "q2_0", install: install_q2, remove: |l| l.clear_overlay(OverlayKind::Q2) },
+    BenchFormat { name: "fp8", ggml: "q8_0", install: |l, r| overlay(l, r, synth::fp8, DenseFfnLayer::set_fp8_weights), remove: |l| l.clear_overlay(OverlayKind::Fp8) },
+    BenchFormat { name: "bf16", ggml: "bf16", install: |l, r| overlay(l, r, synth::dense, DenseFfnLayer::set_bf16_weights), remove: |l| l.clear_overlay(OverlayKind::Bf16) },
+    BenchFormat { name: "q2_0", ggml: "q2_0", install: |l, r| overlay(l, r, synth::q2, DenseFfnLayer::set_q2_weights), remove: |l| l.clear_overlay(OverlayKind::Q2) },
 ];
 
 /// The format named `name`.
@@ -41,32 +41,15 @@ pub fn weight_bytes(layer: &DenseFfnLayer) -> usize {
     }
 }
 
-fn install_fp8(l: &mut DenseFfnLayer, rng: &mut SmallRng) -> Result<()> {
+/// Makes random gate `[i, h]`, up `[i, h]` and down `[h, i]` with `make` and installs them on
+/// `l` with `set` (one of the layer's `set_*_weights`).
+pub fn overlay<W>(
+    l: &mut DenseFfnLayer,
+    rng: &mut SmallRng,
+    make: fn(usize, usize, &mut SmallRng) -> W,
+    set: fn(&mut DenseFfnLayer, &W, &W, &W) -> Result<()>,
+) -> Result<()> {
     let (h, i) = (l.hidden(), l.intermediate());
-    let (g, u, d) = (
-        synth::fp8(i, h, rng),
-        synth::fp8(i, h, rng),
-        synth::fp8(h, i, rng),
-    );
-    l.set_fp8_weights(&g, &u, &d)
-}
-
-fn install_bf16(l: &mut DenseFfnLayer, rng: &mut SmallRng) -> Result<()> {
-    let (h, i) = (l.hidden(), l.intermediate());
-    let (g, u, d) = (
-        synth::dense(i, h, rng),
-        synth::dense(i, h, rng),
-        synth::dense(h, i, rng),
-    );
-    l.set_bf16_weights(&g, &u, &d)
-}
-
-fn install_q2(l: &mut DenseFfnLayer, rng: &mut SmallRng) -> Result<()> {
-    let (h, i) = (l.hidden(), l.intermediate());
-    let (g, u, d) = (
-        synth::q2(i, h, rng),
-        synth::q2(i, h, rng),
-        synth::q2(h, i, rng),
-    );
-    l.set_q2_weights(&g, &u, &d)
+    let (gate, up, down) = (make(i, h, rng), make(i, h, rng), make(h, i, rng));
+    set(l, &gate, &up, &down)
 }

@@ -6,6 +6,7 @@ use crate::layer::{DenseFfnLayer, DenseFfnWeights, DenseWeight, FfnActivation};
 use crate::pack::{random_activations, Nvfp4Host};
 use crate::pack_fp8::Fp8Host;
 use crate::pack_q2::Q2Host;
+use crate::pack_q4k::Q4kHost;
 use crate::Result;
 use half::bf16;
 use rand::{Rng, RngCore};
@@ -109,6 +110,25 @@ pub fn q2(r: usize, c: usize, rng: &mut impl RngCore) -> Q2Host {
         }
     }
     Q2Host {
+        rows: r,
+        cols: c,
+        blocks,
+    }
+}
+
+/// Random Q4_K blocks `[r, c]` (`c` a multiple of 256): d, dmin ~ 1/(sqrt(c)·16·32), random
+/// 6-bit scales/mins and codes.
+pub fn q4k(r: usize, c: usize, rng: &mut impl RngCore) -> Q4kHost {
+    let mut blocks = vec![0u8; r * c / 256 * 144];
+    rng.fill_bytes(&mut blocks);
+    let d = half::f16::from_f32(1.0 / ((c as f32).sqrt() * 16.0 * 32.0))
+        .to_bits()
+        .to_le_bytes();
+    for b in blocks.chunks_exact_mut(144) {
+        b[0..2].copy_from_slice(&d);
+        b[2..4].copy_from_slice(&d);
+    }
+    Q4kHost {
         rows: r,
         cols: c,
         blocks,

@@ -157,24 +157,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
-    let reps = match (cuda, args.quick) {
-        (true, false) => Reps {
-            decode: (11, 20),
-            prefill: (5, 3),
-        },
-        (true, true) => Reps {
-            decode: (3, 5),
-            prefill: (3, 1),
-        },
-        (false, false) => Reps {
-            decode: (3, 2),
-            prefill: (3, 1),
-        },
-        (false, true) => Reps {
-            decode: (1, 1),
-            prefill: (1, 1),
-        },
+    // (repetitions, calls each) for decode and for prefill.
+    let (decode, prefill) = match (cuda, args.quick) {
+        (true, false) => ((11, 20), (5, 3)),
+        (true, true) => ((3, 5), (3, 1)),
+        (false, false) => ((3, 2), (3, 1)),
+        (false, true) => ((1, 1), (1, 1)),
     };
+    let reps = Reps { decode, prefill };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Invalid(format!("creating {}: {e}", args.out.display())))?;
     let ggml = anchors::ggml_h200()?;

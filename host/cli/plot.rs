@@ -96,26 +96,36 @@ pub fn plots(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
             plines.push(line("cuBLAS bf16 FFN".into(), GREY, true, cublas));
         }
         let act = format!("{}×{} {:?}", shape.h, shape.i, shape.act);
-        let p = dir.join(format!("decode-{}.svg", shape.name));
-        chart(
-            &p,
-            &format!("{} decode forward_km: weight GB/s vs m ({act})", shape.name),
-            "m (tokens)",
-            "weight GB/s",
-            false,
-            &lines,
-        )?;
-        written.push(p);
-        let p = dir.join(format!("prefill-{}.svg", shape.name));
-        chart(
-            &p,
-            &format!("{} forward_prefill: TFLOP/s vs N ({act})", shape.name),
-            "N (tokens)",
-            "TFLOP/s",
-            true,
-            &plines,
-        )?;
-        written.push(p);
+        let charts = [
+            (
+                "decode",
+                "decode forward_km: weight GB/s vs m",
+                "m (tokens)",
+                "weight GB/s",
+                false,
+                &lines,
+            ),
+            (
+                "prefill",
+                "forward_prefill: TFLOP/s vs N",
+                "N (tokens)",
+                "TFLOP/s",
+                true,
+                &plines,
+            ),
+        ];
+        for (kind, what, xdesc, ydesc, log2_x, lines) in charts {
+            let p = dir.join(format!("{kind}-{}.svg", shape.name));
+            let title = format!("{} {what} ({act})", shape.name);
+            let spec = Spec {
+                title: &title,
+                xdesc,
+                ydesc,
+                log2_x,
+            };
+            chart(&p, &spec, lines)?;
+            written.push(p);
+        }
     }
     Ok(written)
 }
@@ -159,28 +169,25 @@ impl Light for RGBColor {
     }
 }
 
-/// Draws `lines` (a point with x = NaN is a horizontal line across the chart) into `path`.
-/// `log2_x`: x values are log2 of the quantity, labelled with the quantity.
-fn chart(
-    path: &Path,
-    title: &str,
-    xdesc: &str,
-    ydesc: &str,
+/// A chart's title and axes; `log2_x`: x values are log2 of the quantity, labelled with it.
+struct Spec<'a> {
+    title: &'a str,
+    xdesc: &'a str,
+    ydesc: &'a str,
     log2_x: bool,
-    lines: &[Line],
-) -> Result<()> {
-    draw(path, title, xdesc, ydesc, log2_x, lines)
-        .map_err(|e| Error::Invalid(format!("plotting {}: {e}", path.display())))
+}
+
+/// Draws `lines` (a point with x = NaN is a horizontal line across the chart) into `path`.
+fn chart(path: &Path, spec: &Spec, lines: &[Line]) -> Result<()> {
+    draw(path, spec, lines).map_err(|e| Error::Invalid(format!("plotting {}: {e}", path.display())))
 }
 
 fn draw(
     path: &Path,
-    title: &str,
-    xdesc: &str,
-    ydesc: &str,
-    log2_x: bool,
+    spec: &Spec,
     lines: &[Line],
 ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let (title, xdesc, ydesc, log2_x) = (spec.title, spec.xdesc, spec.ydesc, spec.log2_x);
     let pts = || {
         lines
             .iter()
