@@ -11,7 +11,7 @@ use common::denseffn_cli as denseffn;
 fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
     let dir = std::env::temp_dir().join(format!("denseffn-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cmd = "bench --backend cpu --hidden 128 --intermediate 256 --m 1..8 --n 4,8 --quick --out";
+    let cmd = "bench --backend cpu --hidden 256 --intermediate 512 --m 1..8 --n 4,8 --quick --out";
     let mut args: Vec<&str> = cmd.split(' ').collect();
     args.push(dir.to_str().unwrap());
     let out = denseffn(&args);
@@ -23,7 +23,7 @@ fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
         md.trim(),
         "stdout = bench.md"
     );
-    let shape = "custom-128x256";
+    let shape = "custom-256x512";
     let mut paths = vec![
         "forward".to_string(),
         "forward_k2".into(),

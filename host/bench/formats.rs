@@ -24,6 +24,7 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "fp8", ggml: "q8_0", install: |l, r| overlay(l, r, synth::fp8, DenseFfnLayer::set_fp8_weights), remove: |l| l.clear_overlay(OverlayKind::Fp8) },
     BenchFormat { name: "bf16", ggml: "bf16", install: |l, r| overlay(l, r, synth::dense, DenseFfnLayer::set_bf16_weights), remove: |l| l.clear_overlay(OverlayKind::Bf16) },
     BenchFormat { name: "q2_0", ggml: "q2_0", install: |l, r| overlay(l, r, synth::q2, DenseFfnLayer::set_q2_weights), remove: |l| l.clear_overlay(OverlayKind::Q2) },
+    BenchFormat { name: "q4k", ggml: "q4_K", install: |l, r| overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights), remove: |l| l.clear_overlay(OverlayKind::Q4k) },
 ];
 
 /// The format named `name`.

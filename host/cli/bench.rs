@@ -45,7 +45,7 @@ pub struct BenchArgs {
     /// Prefill tokens N, comma-separated. Default: 128,512,2048,4096 on CUDA, 16,64 on the CPU.
     #[arg(long, value_delimiter = ',')]
     n: Vec<usize>,
-    /// Weight formats, comma-separated (default: all of nvfp4, fp8, bf16, q2_0).
+    /// Weight formats, comma-separated (default: all of nvfp4, fp8, bf16, q2_0, q4k).
     #[arg(long, value_delimiter = ',')]
     formats: Vec<String>,
     /// Fewer repetitions: a smoke run, not figures to quote.
