@@ -3,14 +3,16 @@
 //! activation between them is left out of the anchor, <1% of its bytes).
 //!
 //! Timing: GPU events around `iters` back-to-back calls on one stream (criterion `iter_custom`).
-//! A summary table (µs, effective weight GB/s, ratio to cuBLAS) goes to stdout and to
+//! `forward()` is also replayed from a CUDA graph captured from one call (on a created stream),
+//! so the host's launch overhead shows as the difference.
+//! A summary table (µs, graph-replayed µs, effective weight GB/s, ratio to cuBLAS) goes to stdout and to
 //! `$DENSEFFN_BENCH_OUT` (default `target/bench-decode.md`). Without a GPU it says so and exits.
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use denseffn::buffer::DeviceBuffer;
+use denseffn::backend::{Graph, Stream};
+use denseffn::bench::synth;
 use denseffn::layer::ForwardContext;
-use denseffn::pack::random_activations;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::time::Duration;
@@ -30,16 +32,9 @@ fn bench(c: &mut Criterion) {
     let mut km_rows = Vec::new();
 
     // The copy ceiling of this card, same run: 1 GiB device to device (read + write counted).
-    let n = 1usize << 30;
-    let (src, dst) = (
-        DeviceBuffer::zeroed(&gpu, n).unwrap(),
-        DeviceBuffer::zeroed(&gpu, n).unwrap(),
-    );
-    let copy_us = median_us(&*gpu, 5, 10, || {
-        gpu.copy_async(dst.ptr(), src.ptr(), n, 0).unwrap()
-    });
-    let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
-    drop((src, dst));
+    let copy_gbs = copy_gbs(&gpu);
+    let stream = Stream::new(&gpu).unwrap();
+    let s = stream.raw();
 
     let mut group = c.benchmark_group("decode");
     group
@@ -49,11 +44,7 @@ fn bench(c: &mut Criterion) {
     for &(name, h, i) in SHAPES {
         let layer = random_layer(&gpu, h, i, &mut rng);
         let mut ctx = ForwardContext::new(&layer, 8).unwrap();
-        let xb: Vec<u8> = random_activations(8 * h, &mut rng)
-            .iter()
-            .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
-            .collect();
-        let x = DeviceBuffer::from_bytes(&gpu, &xb).unwrap();
+        let x = synth::activations(&gpu, 8 * h, &mut rng).unwrap();
         group.bench_function(format!("nvfp4_forward/{name}"), |b| {
             b.iter_custom(|iters| {
                 gpu_time(&*gpu, iters, || {
@@ -64,6 +55,9 @@ fn bench(c: &mut Criterion) {
         let ours = median_us(&*gpu, 11, 50, || {
             layer.forward(x.ptr(), &mut ctx, 0).unwrap();
         });
+        let (graph, _) = Graph::capture(&gpu, s, || layer.forward(x.ptr(), &mut ctx, s)).unwrap();
+        let graphed = median_us_on(&*gpu, s, 11, 50, || graph.launch(s).unwrap());
+        drop(graph);
         let bytes = layer.weights().decode_bytes();
         for m in 1..=8usize {
             let t = median_us(&*gpu, 11, 50, || {
@@ -92,22 +86,15 @@ fn bench(c: &mut Criterion) {
         }
         drop(layer);
 
-        let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
-        let wd = random_bf16(&gpu, h * i, &mut rng);
-        let xin = random_bf16(&gpu, h, &mut rng);
-        let gu = random_bf16(&gpu, 2 * i, &mut rng);
-        let y = random_bf16(&gpu, h, &mut rng);
-        let anchor = || {
-            cublas.gemm(wgu.ptr(), xin.ptr(), gu.ptr(), 2 * i, h, 1);
-            cublas.gemm(wd.ptr(), gu.ptr(), y.ptr(), h, i, 1);
-        };
+        let ffn = CublasFfn::new(&gpu, h, i, 1, &mut rng).unwrap();
+        let anchor = || ffn.run(&cublas, 1).unwrap();
         group.bench_function(format!("cublas_bf16_ffn/{name}"), |b| {
             b.iter_custom(|iters| gpu_time(&*gpu, iters, anchor))
         });
         let theirs = median_us(&*gpu, 11, 50, anchor);
-        let bf16_bytes = 3 * h * i * 2;
+        let bf16_bytes = ffn.weight_bytes();
         rows.push(format!(
-            "| {name} | {h}×{i} | {ours:.1} | {:.0} | {:.2} | {theirs:.1} | {:.0} | {:.2}× |",
+            "| {name} | {h}×{i} | {ours:.1} | {graphed:.1} | {:.0} | {:.2} | {theirs:.1} | {:.0} | {:.2}× |",
             bytes as f64 / ours / 1e3,
             bytes as f64 / ours / 1e3 / copy_gbs,
             bf16_bytes as f64 / theirs / 1e3,
@@ -119,7 +106,7 @@ fn bench(c: &mut Criterion) {
 
     let mut md = format!(
         "Device: {} ({} SMs). Copy (device to device, read+write): {copy_gbs:.0} GB/s.\n\n\
-         | model | hidden×inter | NVFP4 forward µs | NVFP4 GB/s | ÷ copy | cuBLAS bf16 FFN µs | cuBLAS GB/s | speed-up vs cuBLAS |\n|---|---|---|---|---|---|---|---|\n",
+         | model | hidden×inter | NVFP4 forward µs | graph-replayed µs | NVFP4 GB/s | ÷ copy | cuBLAS bf16 FFN µs | cuBLAS GB/s | speed-up vs cuBLAS |\n|---|---|---|---|---|---|---|---|---|\n",
         gpu.device_name(),
         gpu.sm_count()
     );

@@ -9,109 +9,21 @@
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use denseffn::buffer::DeviceBuffer;
-use denseffn::layer::{DenseWeight, ForwardContext, OverlayKind};
-use denseffn::pack_fp8::Fp8Host;
-use denseffn::pack_q2::Q2Host;
-use denseffn::pack_q4k::Q4kHost;
-use half::bf16;
+use denseffn::bench::synth::{dense, fp8, q2, q4k};
+use denseffn::layer::{ForwardContext, OverlayKind};
 use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::SeedableRng;
 use std::time::Duration;
 
 const SHAPES: &[(&str, usize, usize)] = &[("llama3-8b", 4096, 14336), ("llama3-70b", 8192, 28672)];
 const NS: &[usize] = &[512, 4096];
-
-/// Random E4M3 codes (no NaN) with block scales keeping activations O(1).
-fn fp8(r: usize, c: usize, rng: &mut SmallRng) -> Fp8Host {
-    let mut weight = vec![0u8; r * c];
-    rng.fill_bytes(&mut weight);
-    for b in &mut weight {
-        *b &= 0xB7; // |value| ≤ 2^(6-7)·1.875: finite, never NaN
-    }
-    let (br, bc) = Fp8Host::scale_dims(r, c);
-    let s = 1.0 / (c as f32).sqrt();
-    let scale_inv = (0..br * bc)
-        .map(|_| s * rng.random_range(0.5f32..1.0))
-        .collect();
-    Fp8Host {
-        rows: r,
-        cols: c,
-        weight,
-        scale_inv,
-    }
-}
-
-/// Random ternary blocks with d ~ 1/sqrt(c).
-fn q2(r: usize, c: usize, rng: &mut SmallRng) -> Q2Host {
-    let nb = r * c / 64;
-    let d = half::f16::from_f32(1.0 / (c as f32).sqrt())
-        .to_bits()
-        .to_le_bytes();
-    let mut blocks = vec![0u8; nb * 18];
-    for b in blocks.chunks_exact_mut(18) {
-        b[..2].copy_from_slice(&d);
-        for q in &mut b[2..] {
-            // four codes in {0, 1, 2}
-            let mut v = 0u8;
-            for j in 0..4 {
-                v |= (rng.random_range(0u8..3)) << (2 * j);
-            }
-            *q = v;
-        }
-    }
-    Q2Host {
-        rows: r,
-        cols: c,
-        blocks,
-    }
-}
-
-/// Random Q4_K blocks: d, dmin ~ 1/(sqrt(c)·16·32), random 6-bit scales/mins and codes.
-fn q4k(r: usize, c: usize, rng: &mut SmallRng) -> Q4kHost {
-    let mut blocks = vec![0u8; r * c / 256 * 144];
-    rng.fill_bytes(&mut blocks);
-    let d = half::f16::from_f32(1.0 / ((c as f32).sqrt() * 16.0 * 32.0))
-        .to_bits()
-        .to_le_bytes();
-    for b in blocks.chunks_exact_mut(144) {
-        b[0..2].copy_from_slice(&d);
-        b[2..4].copy_from_slice(&d);
-    }
-    Q4kHost {
-        rows: r,
-        cols: c,
-        blocks,
-    }
-}
-
-fn dense(r: usize, c: usize, rng: &mut SmallRng) -> DenseWeight {
-    let s = 1.0 / (c as f32).sqrt();
-    DenseWeight {
-        rows: r,
-        cols: c,
-        data: (0..r * c)
-            .map(|_| bf16::from_f32(rng.random_range(-s..s)))
-            .collect(),
-    }
-}
 
 fn bench(c: &mut Criterion) {
     let Some((gpu, cublas)) = setup("overlays") else {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(3);
-    let n = 1usize << 30;
-    let (src, dst) = (
-        DeviceBuffer::zeroed(&gpu, n).unwrap(),
-        DeviceBuffer::zeroed(&gpu, n).unwrap(),
-    );
-    let copy_gbs = 2.0 * n as f64
-        / median_us(&*gpu, 5, 10, || {
-            gpu.copy_async(dst.ptr(), src.ptr(), n, 0).unwrap()
-        })
-        / 1e3;
-    drop((src, dst));
+    let copy_gbs = copy_gbs(&gpu);
 
     let mut group = c.benchmark_group("overlays");
     group
@@ -124,18 +36,9 @@ fn bench(c: &mut Criterion) {
     for &(name, h, i) in SHAPES {
         let x = random_bf16(&gpu, nmax * h, &mut rng);
         // cuBLAS bf16 anchors for this shape.
-        let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
-        let wd = random_bf16(&gpu, h * i, &mut rng);
-        let gu = random_bf16(&gpu, nmax * 2 * i, &mut rng);
-        let y = random_bf16(&gpu, nmax * h, &mut rng);
-        let (pwgu, pwd, px, pgu, py, cb) =
-            (wgu.ptr(), wd.ptr(), x.ptr(), gu.ptr(), y.ptr(), &cublas);
-        let anchor = |t: usize| {
-            move || {
-                cb.gemm(pwgu, px, pgu, 2 * i, h, t);
-                cb.gemm(pwd, pgu, py, h, i, t);
-            }
-        };
+        let ffn = CublasFfn::new(&gpu, h, i, nmax, &mut rng).unwrap();
+        let (ffn, cb) = (&ffn, &cublas);
+        let anchor = |t: usize| move || ffn.run(cb, t).unwrap();
         let cublas_decode = median_us(&*gpu, 11, 50, anchor(1));
         let cublas_prefill: Vec<f64> = NS
             .iter()

@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use denseffn::buffer::DeviceBuffer;
 use denseffn::layer::ForwardContext;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -29,10 +28,7 @@ fn bench(c: &mut Criterion) {
         let nmax = *NS.iter().max().unwrap();
         let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
         let x = random_bf16(&gpu, nmax * h, &mut rng);
-        let wgu = random_bf16(&gpu, 2 * i * h, &mut rng);
-        let wd = random_bf16(&gpu, h * i, &mut rng);
-        let gu: DeviceBuffer = random_bf16(&gpu, nmax * 2 * i, &mut rng);
-        let y = random_bf16(&gpu, nmax * h, &mut rng);
+        let ffn = CublasFfn::new(&gpu, h, i, nmax, &mut rng).unwrap();
         for &n in NS {
             group.bench_function(format!("nvfp4_t_m128/{name}/N={n}"), |b| {
                 b.iter_custom(|iters| {
@@ -44,10 +40,7 @@ fn bench(c: &mut Criterion) {
             let ours = median_us(&*gpu, 5, 3, || {
                 layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
             });
-            let anchor = || {
-                cublas.gemm(wgu.ptr(), x.ptr(), gu.ptr(), 2 * i, h, n);
-                cublas.gemm(wd.ptr(), gu.ptr(), y.ptr(), h, i, n);
-            };
+            let anchor = || ffn.run(&cublas, n).unwrap();
             let theirs = median_us(&*gpu, 5, 3, anchor);
             let flop = 2.0 * n as f64 * 3.0 * h as f64 * i as f64;
             rows.push(format!(

@@ -17,6 +17,7 @@
 //! # Ok::<(), denseffn::Error>(())
 //! ```
 pub mod backend;
+pub mod bench;
 pub mod buffer;
 pub mod error;
 pub mod layer;

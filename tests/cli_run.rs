@@ -1,13 +1,8 @@
 //! The `denseffn run` main job end to end on the CPU backend: every path, JSON table, --input and
 //! --output files, a bad input file.
-use std::process::Command;
 
-fn denseffn(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_denseffn"))
-        .args(args)
-        .output()
-        .expect("run denseffn")
-}
+mod common;
+use common::denseffn_cli as denseffn;
 
 #[test]
 fn run_checks_every_path_and_writes_the_prefill_output() {

@@ -1,10 +1,17 @@
 //! The CPU reference backend: host memory behind fake device addresses, launches executed by
 //! plain Rust (f64 accumulation), an optional memory capacity, and a launch counter.
-use super::{cpu_kernels, DevicePtr, Event, GpuBackend, Launch};
+//!
+//! Streams and graphs: [`GpuBackend::create_stream`] hands out stream ids (work on any stream
+//! runs at once, in call order). Capturing a created stream records its launches and copies
+//! (checked then for missing kernels, as the driver checks them, but not run);
+//! [`GpuBackend::launch_graph`] replays the record in order, each replayed launch counted. As
+//! on CUDA: stream 0 cannot be captured, nor a stream twice, and events cannot be recorded on a
+//! stream being captured.
+use super::{cpu_kernels, DevicePtr, Event, GpuBackend, GraphHandle, Launch};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Host memory addressed like device memory.
@@ -55,6 +62,31 @@ impl Memory {
     }
 }
 
+/// One recorded stream operation of a captured graph.
+enum Op {
+    Launch {
+        kernel: &'static str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem: u32,
+        params: Vec<u8>,
+    },
+    Copy {
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: usize,
+    },
+}
+
+/// Streams, captures in progress and captured graphs.
+#[derive(Default)]
+struct Graphs {
+    streams: HashSet<u64>,
+    capturing: HashMap<u64, Vec<Op>>,
+    graphs: HashMap<u64, Arc<Vec<Op>>>,
+    next: u64,
+}
+
 /// The reference backend. Not a mock: each launch computes the function the GPU kernel of the
 /// same name must compute (see `cpu_kernels`), so GPU results are checked against it.
 pub struct CpuBackend {
@@ -67,6 +99,7 @@ pub struct CpuBackend {
     launches: AtomicU64,
     events: Mutex<HashMap<u64, Instant>>,
     next_event: AtomicU64,
+    graphs: Mutex<Graphs>,
 }
 
 impl Default for CpuBackend {
@@ -91,6 +124,7 @@ impl CpuBackend {
             launches: AtomicU64::new(0),
             events: Mutex::new(HashMap::new()),
             next_event: AtomicU64::new(1),
+            graphs: Mutex::new(Graphs::default()),
         }
     }
 
@@ -143,6 +177,33 @@ impl CpuBackend {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
         self.mem.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn graphs(&self) -> std::sync::MutexGuard<'_, Graphs> {
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `op` if `stream` is being captured (then it must not run now).
+    fn captured(&self, stream: u64, op: impl FnOnce() -> Op) -> bool {
+        match self.graphs().capturing.get_mut(&stream) {
+            Some(ops) => {
+                ops.push(op());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn run_launch(&self, launch: &Launch) -> Result<()> {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        cpu_kernels::run(&mut self.lock(), launch)
+    }
+
+    fn run_copy(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
+        let mut m = self.lock();
+        let data = m.read(src.0, len)?.to_vec();
+        m.write(dst.0, len)?.copy_from_slice(&data);
+        Ok(())
     }
 }
 
@@ -208,11 +269,11 @@ impl GpuBackend for CpuBackend {
         self.lock().write(dst.0, len)?.fill(byte);
         Ok(())
     }
-    fn copy_async(&self, dst: DevicePtr, src: DevicePtr, len: usize, _stream: u64) -> Result<()> {
-        let mut m = self.lock();
-        let data = m.read(src.0, len)?.to_vec();
-        m.write(dst.0, len)?.copy_from_slice(&data);
-        Ok(())
+    fn copy_async(&self, dst: DevicePtr, src: DevicePtr, len: usize, stream: u64) -> Result<()> {
+        if self.captured(stream, || Op::Copy { dst, src, len }) {
+            return Ok(());
+        }
+        self.run_copy(dst, src, len)
     }
     fn mem_info(&self) -> Result<(usize, usize)> {
         let used = self.lock().used;
@@ -222,12 +283,21 @@ impl GpuBackend for CpuBackend {
     fn has_kernel(&self, name: &str) -> bool {
         cpu_kernels::KERNELS.contains(&name) && !self.missing.contains(name)
     }
-    fn launch(&self, launch: &Launch, _stream: u64) -> Result<()> {
+    fn launch(&self, launch: &Launch, stream: u64) -> Result<()> {
         if !self.has_kernel(launch.kernel) {
             return Err(Error::MissingKernel(launch.kernel.into()));
         }
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        cpu_kernels::run(&mut self.lock(), launch)
+        let op = || Op::Launch {
+            kernel: launch.kernel,
+            grid: launch.grid,
+            block: launch.block,
+            smem: launch.smem,
+            params: launch.params.to_vec(),
+        };
+        if self.captured(stream, op) {
+            return Ok(());
+        }
+        self.run_launch(launch)
     }
     fn synchronize(&self, _stream: u64) -> Result<()> {
         Ok(())
@@ -235,7 +305,12 @@ impl GpuBackend for CpuBackend {
     fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
     }
-    fn record_event(&self, _stream: u64) -> Result<Event> {
+    fn record_event(&self, stream: u64) -> Result<Event> {
+        if self.graphs().capturing.contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "record_event on stream {stream:#x}, which is being captured"
+            )));
+        }
         let id = self.next_event.fetch_add(1, Ordering::Relaxed);
         self.events
             .lock()
@@ -249,6 +324,97 @@ impl GpuBackend for CpuBackend {
         match (a, b) {
             (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
             _ => Err(Error::Invalid("unknown event".into())),
+        }
+    }
+    fn create_stream(&self) -> Result<u64> {
+        let mut g = self.graphs();
+        g.next += 1;
+        let id = 0x5_0000_0000 + g.next;
+        g.streams.insert(id);
+        Ok(id)
+    }
+    fn destroy_stream(&self, stream: u64) -> Result<()> {
+        let mut g = self.graphs();
+        if g.capturing.contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "destroy_stream: stream {stream:#x} is being captured (end the capture first)"
+            )));
+        }
+        if !g.streams.remove(&stream) {
+            return Err(Error::Invalid(format!(
+                "destroy_stream: {stream:#x} is not a stream made by create_stream"
+            )));
+        }
+        Ok(())
+    }
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        let mut g = self.graphs();
+        if stream == 0 {
+            return Err(Error::Invalid(
+                "begin_capture: the legacy default stream (0) cannot be captured; capture a stream made by create_stream".into(),
+            ));
+        }
+        if !g.streams.contains(&stream) {
+            return Err(Error::Invalid(format!(
+                "begin_capture: {stream:#x} is not a stream made by create_stream"
+            )));
+        }
+        if g.capturing.contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "begin_capture: stream {stream:#x} is already being captured"
+            )));
+        }
+        g.capturing.insert(stream, Vec::new());
+        Ok(())
+    }
+    fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
+        let mut g = self.graphs();
+        let ops = g.capturing.remove(&stream).ok_or_else(|| {
+            Error::Invalid(format!(
+                "end_capture: stream {stream:#x} is not being captured"
+            ))
+        })?;
+        g.next += 1;
+        let id = 0x6_0000_0000 + g.next;
+        g.graphs.insert(id, Arc::new(ops));
+        Ok(GraphHandle(id))
+    }
+    fn launch_graph(&self, graph: &GraphHandle, stream: u64) -> Result<()> {
+        // Run from a shared copy of the record, the graph table unlocked (a graph launched into
+        // a capture is recorded op by op like any other work).
+        let ops = self.graphs().graphs.get(&graph.0).cloned().ok_or_else(|| {
+            Error::Invalid(format!("launch_graph: {:#x} is not a live graph", graph.0))
+        })?;
+        for op in ops.iter() {
+            match op {
+                Op::Launch {
+                    kernel,
+                    grid,
+                    block,
+                    smem,
+                    params,
+                } => self.launch(
+                    &Launch {
+                        kernel,
+                        grid: *grid,
+                        block: *block,
+                        smem: *smem,
+                        params,
+                    },
+                    stream,
+                ),
+                Op::Copy { dst, src, len } => self.copy_async(*dst, *src, *len, stream),
+            }?;
+        }
+        Ok(())
+    }
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        match self.graphs().graphs.remove(&graph.0) {
+            Some(_) => Ok(()),
+            None => Err(Error::Invalid(format!(
+                "destroy_graph: {:#x} is not a live graph",
+                graph.0
+            ))),
         }
     }
 }

@@ -1,6 +1,11 @@
 //! The CUDA backend: the driver API through cudarc, loaded at run time (no CUDA needed to
 //! build), running the PTX that build.rs embedded.
-use super::{DevicePtr, Event, GpuBackend, Launch};
+//!
+//! Graphs: capture is `cuStreamBeginCapture` in relaxed mode (the layer's host-side checks may
+//! query the driver while a capture is open), then `cuStreamEndCapture` and
+//! `cuGraphInstantiateWithFlags`; the `CUgraph` is destroyed at once, the `CUgraphExec` is the
+//! [`GraphHandle`] until [`GpuBackend::destroy_graph`].
+use super::{DevicePtr, Event, GpuBackend, GraphHandle, Launch};
 use crate::error::{Error, Result};
 use cudarc::driver::{result as cu, sys};
 use std::collections::HashMap;
@@ -17,6 +22,10 @@ pub struct CudaBackend {
     sms: u32,
     max_smem: u32,
     launches: AtomicU64,
+    /// Streams being captured, with the launches recorded so far.
+    capturing: Mutex<HashMap<u64, u64>>,
+    /// Live graph executables, with the launches each holds.
+    graphs: Mutex<HashMap<u64, u64>>,
 }
 
 // SAFETY: CUDA contexts, modules and functions may be used from any thread once made current;
@@ -24,6 +33,10 @@ pub struct CudaBackend {
 unsafe impl Send for CudaBackend {}
 // SAFETY: as above; the driver API is thread-safe.
 unsafe impl Sync for CudaBackend {}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn drv(e: cu::DriverError) -> Error {
     Error::Driver(format!("{e:?}"))
@@ -75,6 +88,8 @@ impl CudaBackend {
             sms,
             max_smem,
             launches: AtomicU64::new(0),
+            capturing: Mutex::new(HashMap::new()),
+            graphs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -115,9 +130,14 @@ impl CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        // SAFETY: the module was loaded by this backend and nothing uses it after drop.
+        let graphs: Vec<u64> = lock(&self.graphs).drain().map(|(g, _)| g).collect();
+        // SAFETY: the module was loaded by this backend and nothing uses it after drop; the
+        // graph executables left are this backend's and are destroyed once, here.
         unsafe {
             let _ = cu::ctx::set_current(self.ctx);
+            for g in graphs {
+                let _ = cu::graph::exec_destroy(g as sys::CUgraphExec);
+            }
             let _ = cu::module::unload(self.module);
         }
     }
@@ -231,7 +251,12 @@ impl GpuBackend for CudaBackend {
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(Error::Driver(format!("launching {}: {r:?}", l.kernel)));
         }
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        match lock(&self.capturing).get_mut(&stream) {
+            Some(n) => *n += 1,
+            None => {
+                self.launches.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Ok(())
     }
     fn synchronize(&self, stream: u64) -> Result<()> {
@@ -243,6 +268,11 @@ impl GpuBackend for CudaBackend {
         self.launches.load(Ordering::Relaxed)
     }
     fn record_event(&self, stream: u64) -> Result<Event> {
+        if lock(&self.capturing).contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "record_event on stream {stream:#x}, which is being captured"
+            )));
+        }
         self.current()?;
         let e = cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv)?;
         // SAFETY: e was just created; stream is the caller's.
@@ -259,5 +289,93 @@ impl GpuBackend for CudaBackend {
             let _ = cu::event::destroy(b);
             r.map_err(drv)
         }
+    }
+    fn create_stream(&self) -> Result<u64> {
+        self.current()?;
+        let s = cu::stream::create(cu::stream::StreamKind::NonBlocking).map_err(drv)?;
+        Ok(s as u64)
+    }
+    fn destroy_stream(&self, stream: u64) -> Result<()> {
+        if stream == 0 {
+            return Err(Error::Invalid(
+                "destroy_stream: 0 is the legacy default stream".into(),
+            ));
+        }
+        if lock(&self.capturing).contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "destroy_stream: stream {stream:#x} is being captured (end the capture first)"
+            )));
+        }
+        self.current()?;
+        // SAFETY: stream is a handle from create_stream, destroyed once by its owner.
+        unsafe { cu::stream::destroy(stream as sys::CUstream) }.map_err(drv)
+    }
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        if stream == 0 {
+            return Err(Error::Invalid(
+                "begin_capture: the legacy default stream (0) cannot be captured; capture a stream made by create_stream".into(),
+            ));
+        }
+        let mut capturing = lock(&self.capturing);
+        if capturing.contains_key(&stream) {
+            return Err(Error::Invalid(format!(
+                "begin_capture: stream {stream:#x} is already being captured"
+            )));
+        }
+        self.current()?;
+        // SAFETY: stream is the caller's live stream; relaxed mode keeps other threads' and
+        // this thread's driver calls legal while the capture is open.
+        unsafe {
+            cu::stream::begin_capture(
+                stream as sys::CUstream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        }
+        .map_err(|e| Error::Driver(format!("begin_capture: {e:?}")))?;
+        capturing.insert(stream, 0);
+        Ok(())
+    }
+    fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
+        let launches = lock(&self.capturing).remove(&stream).ok_or_else(|| {
+            Error::Invalid(format!(
+                "end_capture: stream {stream:#x} is not being captured"
+            ))
+        })?;
+        self.current()?;
+        // SAFETY: the stream is capturing (begin_capture succeeded on it); the graph it yields
+        // is instantiated and then destroyed once (the executable does not need it).
+        unsafe {
+            let graph = cu::stream::end_capture(stream as sys::CUstream)
+                .map_err(|e| Error::Driver(format!("end_capture: {e:?}")))?;
+            let exec = cu::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+            let _ = cu::graph::destroy(graph);
+            let exec = exec.map_err(|e| Error::Driver(format!("instantiating a graph: {e:?}")))?;
+            lock(&self.graphs).insert(exec as u64, launches);
+            Ok(GraphHandle(exec as u64))
+        }
+    }
+    fn launch_graph(&self, graph: &GraphHandle, stream: u64) -> Result<()> {
+        let launches = *lock(&self.graphs).get(&graph.0).ok_or_else(|| {
+            Error::Invalid(format!("launch_graph: {:#x} is not a live graph", graph.0))
+        })?;
+        self.current()?;
+        // SAFETY: graph.0 is a live executable of this backend (checked above); stream is the
+        // caller's.
+        unsafe { cu::graph::launch(graph.0 as sys::CUgraphExec, stream as sys::CUstream) }
+            .map_err(|e| Error::Driver(format!("launch_graph: {e:?}")))?;
+        self.launches.fetch_add(launches, Ordering::Relaxed);
+        Ok(())
+    }
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        if lock(&self.graphs).remove(&graph.0).is_none() {
+            return Err(Error::Invalid(format!(
+                "destroy_graph: {:#x} is not a live graph",
+                graph.0
+            )));
+        }
+        self.current()?;
+        // SAFETY: graph.0 was a live executable of this backend, removed from the table above,
+        // so it is destroyed once.
+        unsafe { cu::graph::exec_destroy(graph.0 as sys::CUgraphExec) }.map_err(drv)
     }
 }

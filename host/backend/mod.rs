@@ -6,11 +6,13 @@
 mod cpu;
 pub(crate) mod cpu_kernels;
 mod cuda;
+pub mod graph;
 
 pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;
+pub use graph::{Graph, Stream};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// An opaque 64-bit device address (a `CUdeviceptr` on CUDA).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -45,6 +47,20 @@ pub struct Launch<'a> {
 /// A recorded point in a stream's timeline, for GPU-event timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event(pub u64);
+
+/// The error of a stream or graph method a backend does not implement.
+fn not_implemented(backend: &str, what: &str) -> Error {
+    Error::Unsupported(format!(
+        "{backend}: {what} is not implemented by this backend"
+    ))
+}
+
+/// A captured stream of work, instantiated and ready to launch: a `CUgraphExec` on CUDA, a
+/// recorded list of launches and copies on the CPU backend. Made by
+/// [`GpuBackend::end_capture`], freed by [`GpuBackend::destroy_graph`] (or hold it in a
+/// [`Graph`], which frees it on drop). Deliberately not `Clone`: it is destroyed once.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct GraphHandle(pub u64);
 
 /// What a device offers the layer. `stream` is a raw stream handle (`CUstream`; 0 is the legacy
 /// default stream), as engines pass it.
@@ -83,4 +99,40 @@ pub trait GpuBackend: Send + Sync {
     fn record_event(&self, stream: u64) -> Result<Event>;
     /// Milliseconds between two recorded events (waits for `end`); destroys both.
     fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32>;
+
+    /// Creates a stream (non-blocking with respect to the legacy default stream) and returns
+    /// its raw handle. Capture needs one: the legacy default stream (0) cannot be captured.
+    /// The default implementation says the backend has no streams of its own.
+    fn create_stream(&self) -> Result<u64> {
+        Err(not_implemented(self.name(), "create_stream"))
+    }
+    /// Destroys a stream made by [`GpuBackend::create_stream`] (after its work is done).
+    fn destroy_stream(&self, stream: u64) -> Result<()> {
+        let _ = stream;
+        Err(not_implemented(self.name(), "destroy_stream"))
+    }
+    /// Starts capturing `stream` (one made by [`GpuBackend::create_stream`]; 0 is refused):
+    /// from now until [`GpuBackend::end_capture`], launches and copies enqueued on it are
+    /// recorded, not run, and [`GpuBackend::record_event`] on it is refused.
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        let _ = stream;
+        Err(not_implemented(self.name(), "graph capture"))
+    }
+    /// Ends the capture of `stream` and returns the recorded work, instantiated. The stream
+    /// is no longer capturing afterwards, whether this succeeds or not.
+    fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
+        let _ = stream;
+        Err(not_implemented(self.name(), "graph capture"))
+    }
+    /// Enqueues the whole captured graph on `stream` (any stream, also 0). Its kernels count
+    /// in [`GpuBackend::launch_count`] (captured launches do not: they were not run).
+    fn launch_graph(&self, graph: &GraphHandle, stream: u64) -> Result<()> {
+        let _ = (graph, stream);
+        Err(not_implemented(self.name(), "graph launch"))
+    }
+    /// Frees a graph made by [`GpuBackend::end_capture`].
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        let _ = graph;
+        Err(not_implemented(self.name(), "graphs"))
+    }
 }

@@ -1,10 +1,13 @@
 //! `denseffn`: run the FFN paths of a layer (synthetic, or one loaded from a ModelOpt NVFP4
 //! safetensors checkpoint) on the best backend present and check them against the CPU reference
-//! and an f64 computation; list a checkpoint's FFN tensors.
+//! and an f64 computation; list a checkpoint's FFN tensors; benchmark every path and format.
+mod bench;
+mod plot;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
 use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext};
-use denseffn::pack::{random_activations, Nvfp4Host};
+use denseffn::pack::random_activations;
 use denseffn::reference::{ffn_f64, rel_l2};
 use half::bf16;
 use rand::rngs::SmallRng;
@@ -87,6 +90,10 @@ enum Cmd {
         /// file.
         path: PathBuf,
     },
+    /// Measure every decode, verify and prefill path of every weight format per model shape,
+    /// beside copy bandwidth, a cuBLAS bf16 FFN and ggml's H200 figures; write bench.md,
+    /// bench.json and SVG plots to --out.
+    Bench(bench::BenchArgs),
 }
 
 /// Where the layer's weights come from.
@@ -146,6 +153,7 @@ fn main() {
             run(backend, source, activation, tokens, &io, seed, json)
         }
         Cmd::Inspect { path } => inspect(&path),
+        Cmd::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -171,17 +179,7 @@ fn run(
         ActArg::Silu => FfnActivation::Silu,
         ActArg::Gelu => FfnActivation::Gelu,
     };
-    let gpu: Arc<dyn GpuBackend> = match backend {
-        BackendArg::Cpu => Arc::new(CpuBackend::new()),
-        BackendArg::Cuda => Arc::new(CudaBackend::new()?),
-        BackendArg::Auto => {
-            let (g, why) = denseffn::best_backend();
-            if let Some(e) = why {
-                eprintln!("no GPU ({e}); running on the CPU reference backend");
-            }
-            g
-        }
-    };
+    let gpu = open_backend(backend)?;
     let reference: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let mut rng = SmallRng::seed_from_u64(seed);
     let bar = progress(json, 4, "loading weights");
@@ -191,10 +189,7 @@ fn run(
             intermediate: i,
         } => {
             let (h, i) = (*h, *i);
-            let (gs, ds) = (0.5 / (h as f32).sqrt(), 0.5 / (i as f32).sqrt());
-            let gate = Nvfp4Host::random(i, h, gs, &mut rng)?;
-            let up = Nvfp4Host::random(i, h, gs, &mut rng)?;
-            let down = Nvfp4Host::random(h, i, ds, &mut rng)?;
+            let (gate, up, down) = denseffn::bench::synth::nvfp4_ffn(h, i, &mut rng)?;
             (gate, up, down, format!("synthetic NVFP4 {h}×{i}"))
         }
         Source::Model { path, layer } => {
@@ -362,6 +357,21 @@ fn run(
         )));
     }
     Ok(())
+}
+
+/// The backend `--backend` asks for (auto: CUDA when present, else the CPU reference, saying why).
+fn open_backend(backend: BackendArg) -> denseffn::Result<Arc<dyn GpuBackend>> {
+    Ok(match backend {
+        BackendArg::Cpu => Arc::new(CpuBackend::new()),
+        BackendArg::Cuda => Arc::new(CudaBackend::new()?),
+        BackendArg::Auto => {
+            let (g, why) = denseffn::best_backend();
+            if let Some(e) = why {
+                eprintln!("no GPU ({e}); running on the CPU reference backend");
+            }
+            g
+        }
+    })
 }
 
 /// A progress bar on stderr (hidden with --json, so stdout stays machine-readable).

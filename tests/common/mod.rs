@@ -185,3 +185,11 @@ impl OverlayHost {
         denseffn::reference::ffn_f64(&g, &u, &d, self.hidden, self.inter, x, act)
     }
 }
+
+/// Runs the `denseffn` binary with `args`.
+pub fn denseffn_cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_denseffn"))
+        .args(args)
+        .output()
+        .expect("run denseffn")
+}

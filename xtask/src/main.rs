@@ -1,8 +1,10 @@
-//! `cargo xtask gpu-bundle`: builds every test and bench binary (release) here, copies them into
-//! `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a machine that has a GPU but no Rust.
+//! `cargo xtask gpu-bundle`: builds every test and bench binary (release) and the release
+//! `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
+//! machine that has a GPU but no Rust.
 //!
 //! There: `bash gpu-bundle/run.sh [tests|bench|all]` runs them, writing logs and the bench
-//! table under `$OUT` (default `gpu-bundle/out`).
+//! table under `$OUT` (default `gpu-bundle/out`); `bash gpu-bundle/run.sh report [ARGS]` runs
+//! `denseffn bench ARGS --out $OUT/report` (tables and plots).
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,8 +21,8 @@ fn main() {
 }
 
 /// Runs `cargo <args> --message-format=json` and returns (kind, name, executable) of each
-/// test or bench artifact.
-fn built_executables(args: &[&str]) -> Vec<(String, String, PathBuf)> {
+/// test or bench artifact (`test_profile`), or of each binary (`!test_profile`).
+fn built_executables(args: &[&str], test_profile: bool) -> Vec<(String, String, PathBuf)> {
     let out = Command::new(env!("CARGO"))
         .args(args)
         .arg("--message-format=json")
@@ -37,7 +39,7 @@ fn built_executables(args: &[&str]) -> Vec<(String, String, PathBuf)> {
             continue;
         };
         if msg["reason"] != "compiler-artifact"
-            || !msg["profile"]["test"].as_bool().unwrap_or(false)
+            || msg["profile"]["test"].as_bool().unwrap_or(false) != test_profile
         {
             continue;
         }
@@ -71,20 +73,21 @@ fn gpu_bundle() {
     let bundle = root.join("gpu-bundle");
     let _ = fs::remove_dir_all(&bundle);
     fs::create_dir_all(bundle.join("bin")).unwrap();
-    let mut exes = built_executables(&[
-        "test",
-        "--release",
-        "--no-run",
-        "--workspace",
-        "--exclude",
-        "xtask",
-    ]);
-    exes.extend(built_executables(&[
-        "bench",
-        "--no-run",
-        "--package",
-        "denseffn",
-    ]));
+    let mut exes = built_executables(
+        &[
+            "test",
+            "--release",
+            "--no-run",
+            "--workspace",
+            "--exclude",
+            "xtask",
+        ],
+        true,
+    );
+    exes.extend(built_executables(
+        &["bench", "--no-run", "--package", "denseffn"],
+        true,
+    ));
     for (kind, name, exe) in &exes {
         let file = match kind.as_str() {
             "bench" => format!("bench-{name}"),
@@ -95,6 +98,18 @@ fn gpu_bundle() {
         fs::copy(exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
         println!("{}", dst.display());
     }
+    // The CLI, for `run.sh report` (`denseffn bench`).
+    let cli = built_executables(&["build", "--release", "--bin", "denseffn"], false);
+    let Some((_, _, exe)) = cli
+        .iter()
+        .find(|(kind, name, _)| kind == "bin" && name == "denseffn")
+    else {
+        eprintln!("cargo build --release --bin denseffn produced no denseffn binary");
+        std::process::exit(1);
+    };
+    let dst = bundle.join("bin").join("denseffn");
+    fs::copy(exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
+    println!("{}", dst.display());
     fs::write(bundle.join("run.sh"), RUN_SH).unwrap();
     println!(
         "bundle ready: {} (carry it, then run `bash gpu-bundle/run.sh all`)",
@@ -103,13 +118,17 @@ fn gpu_bundle() {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all|sanitize]
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all|sanitize|report]
+# report [ARGS]: `denseffn bench ARGS --out $OUT/report` (bench.md, bench.json, SVG plots; all
+# shapes and formats by default, e.g. `run.sh report --quick --shapes 8b`; ARGS must not repeat
+# --backend or --out), its output in $OUT/report.log.
 # sanitize: the GPU tests on small shapes under compute-sanitizer memcheck, racecheck, initcheck
 # and synccheck; each tool's log goes to $OUT/sanitize-<tool>.log and any error fails the run.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"; mkdir -p "$out"
 mode="${1:-all}"
+[ $# -gt 0 ] && shift
 # cuBLAS for the bench anchors (cudarc loads it at run time): PyTorch's wheel carries one.
 lib="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '*/proc/*' 2>/dev/null | head -n 1)"
 [ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
@@ -126,6 +145,10 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     echo "== $(basename "$b")" | tee -a "$out/bench.log"
     DENSEFFN_BENCH_OUT="$out/$(basename "$b").md" "$b" --bench 2>&1 | tee -a "$out/bench.log" || rc=1
   done
+fi
+if [ "$mode" = report ]; then
+  mkdir -p "$out/report"
+  "$here/bin/denseffn" bench --backend cuda --out "$out/report" "$@" 2>&1 | tee "$out/report.log" || rc=1
 fi
 if [ "$mode" = sanitize ]; then
   for tool in memcheck racecheck initcheck synccheck; do

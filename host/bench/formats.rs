@@ -1,0 +1,56 @@
+//! The weight formats `denseffn bench` measures, as one list: adding a format is one line in
+//! [`FORMATS`] (plus, for a new overlay, a `synth` function making random weights of it).
+use super::synth;
+use crate::layer::{DenseFfnLayer, OverlayKind};
+use crate::Result;
+use rand::rngs::SmallRng;
+
+/// One measured format.
+pub struct BenchFormat {
+    /// Name in tables, plots and `--formats`.
+    pub name: &'static str,
+    /// The ggml type whose H200 MUL_MAT figures are drawn beside it (the nearest ggml has).
+    pub ggml: &'static str,
+    /// Puts random weights of this format on a random NVFP4 layer (no-op for NVFP4 itself).
+    pub install: fn(&mut DenseFfnLayer, &mut SmallRng) -> Result<()>,
+    /// Takes them off again, leaving the NVFP4 layer.
+    pub remove: fn(&mut DenseFfnLayer),
+}
+
+/// Every format, in table order.
+#[rustfmt::skip]
+pub const FORMATS: &[BenchFormat] = &[
+    BenchFormat { name: "nvfp4", ggml: "nvfp4", install: |_, _| Ok(()), remove: |_| {} },
+    BenchFormat { name: "fp8", ggml: "q8_0", install: |l, r| overlay(l, r, synth::fp8, DenseFfnLayer::set_fp8_weights), remove: |l| l.clear_overlay(OverlayKind::Fp8) },
+    BenchFormat { name: "bf16", ggml: "bf16", install: |l, r| overlay(l, r, synth::dense, DenseFfnLayer::set_bf16_weights), remove: |l| l.clear_overlay(OverlayKind::Bf16) },
+    BenchFormat { name: "q2_0", ggml: "q2_0", install: |l, r| overlay(l, r, synth::q2, DenseFfnLayer::set_q2_weights), remove: |l| l.clear_overlay(OverlayKind::Q2) },
+    BenchFormat { name: "q4k", ggml: "q4_K", install: |l, r| overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights), remove: |l| l.clear_overlay(OverlayKind::Q4k) },
+];
+
+/// The format named `name`.
+pub fn find(name: &str) -> Option<&'static BenchFormat> {
+    FORMATS.iter().find(|f| f.name.eq_ignore_ascii_case(name))
+}
+
+/// Bytes the decode paths read once per call: the active overlay's weights, else the NVFP4
+/// decode copies.
+pub fn weight_bytes(layer: &DenseFfnLayer) -> usize {
+    let f = layer.footprint();
+    match layer.active_overlay() {
+        Some(_) => f.overlays,
+        None => f.decode_weights,
+    }
+}
+
+/// Makes random gate `[i, h]`, up `[i, h]` and down `[h, i]` with `make` and installs them on
+/// `l` with `set` (one of the layer's `set_*_weights`).
+pub fn overlay<W>(
+    l: &mut DenseFfnLayer,
+    rng: &mut SmallRng,
+    make: fn(usize, usize, &mut SmallRng) -> W,
+    set: fn(&mut DenseFfnLayer, &W, &W, &W) -> Result<()>,
+) -> Result<()> {
+    let (h, i) = (l.hidden(), l.intermediate());
+    let (gate, up, down) = (make(i, h, rng), make(i, h, rng), make(h, i, rng));
+    set(l, &gate, &up, &down)
+}
