@@ -409,12 +409,12 @@ mod ggml_nvfp4_tests {
         let mut blocks = vec![0u8; rows * cols / 64 * 36];
         rng.fill_bytes(&mut blocks);
         for (b, blk) in blocks.chunks_exact_mut(36).enumerate() {
-            for s in 0..4 {
+            for (s, d) in blk[..4].iter_mut().enumerate() {
                 // random normal/subnormal scales, bit 7 sometimes set, the 0x7F zero code once
-                blk[s] = match (b + s) % 7 {
+                *d = match (b + s) % 7 {
                     0 => 0x7F,
                     1 => 0x03,
-                    _ => (blk[s] % 0x70) | (blk[s] & 0x80),
+                    _ => (*d % 0x70) | (*d & 0x80),
                 };
             }
         }

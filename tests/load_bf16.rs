@@ -34,16 +34,14 @@ fn safetensors(tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
+/// (name, dtype, shape, bytes) of each tensor of a file.
+type Tensors = Vec<(String, &'static str, Vec<usize>, Vec<u8>)>;
+
 const H: usize = 128;
 const I: usize = 192;
 
 /// Layer 0's three BF16 projections: (tensors, values).
-fn layer(
-    seed: u64,
-) -> (
-    Vec<(String, &'static str, Vec<usize>, Vec<u8>)>,
-    Vec<Vec<f32>>,
-) {
+fn layer(seed: u64) -> (Tensors, Vec<Vec<f32>>) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut tensors = Vec::new();
     let mut values = Vec::new();

@@ -852,8 +852,7 @@ fn other_types_are_unsupported() {
     let d = TempDir::new("types");
     // (type id, bytes for 16 rows of 256 values, name the message gives)
     for (ty, bytes, name) in [
-        (40u32, 16 * 4 * 36, "NVFP4"),
-        (8, 16 * 8 * 34, "Q8_0"),
+        (8u32, 16 * 8 * 34, "Q8_0"),
         (14, 16 * 210, "Q6_K"),
         (41, 16 * 2 * 18, "Q1_0"),
         (99, 100, "unknown(99)"),
@@ -870,6 +869,33 @@ fn other_types_are_unsupported() {
             &["blk.0.ffn_gate.weight", &format!("ggml type {ty} ({name})")],
         );
     }
+}
+
+/// GGUF NVFP4 (type 40) tensors load as NVFP4, re-laid exactly (`Nvfp4Host::from_ggml_nvfp4`).
+#[test]
+fn nvfp4_tensors_load_as_nvfp4() {
+    let d = TempDir::new("nvfp4");
+    let mut g = f32_model(256, 16);
+    let mut blocks = vec![0u8; 16 * 4 * 36];
+    for (i, b) in blocks.iter_mut().enumerate() {
+        *b = (i * 37 % 251) as u8;
+    }
+    for blk in blocks.chunks_exact_mut(36) {
+        blk[..4].copy_from_slice(&[0x30, 0x31, 0x2A, 0x38]);
+    }
+    let t = g.tensor("blk.0.ffn_gate.weight");
+    t.ty = 40;
+    t.data = blocks.clone();
+    let ffn = load_ffn_gguf(&d.write("n.gguf", &g.bytes()), 0).unwrap();
+    let want = denseffn::pack::Nvfp4Host::from_ggml_nvfp4("g", 16, 256, &blocks).unwrap();
+    assert_eq!(ffn.gate, GgufWeight::Nvfp4(want));
+    // A scale byte with no E4M3 form is a clear error naming the tensor.
+    let mut bad = blocks;
+    bad[0] = 0xFF;
+    g.tensor("blk.0.ffn_gate.weight").data = bad;
+    let e = load_err(&d.write("n.gguf", &g.bytes()), 0);
+    assert!(matches!(e, Error::BadWeights(_)), "{e}");
+    assert_says(&e, &["blk.0.ffn_gate.weight"]);
 }
 
 #[test]
