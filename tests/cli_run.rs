@@ -86,3 +86,39 @@ fn run_checks_every_path_and_writes_the_prefill_output() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `denseffn run --model` on a GGUF Q4_K layer (written by the `gguf` Python package) runs every
+/// path on the Q4_K weight set and checks it against the f64 reference of ggml's values.
+#[test]
+fn run_on_a_gguf_q4k_layer_uses_the_q4k_weight_set() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/gguf_tiny/model.gguf"
+    );
+    let out = denseffn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--model",
+        model,
+        "--layer",
+        "0",
+        "--tokens",
+        "9",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("q4k layer 0"));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 13, "{rows:?}");
+    for r in rows {
+        let e = r["rel_err_vs_f64"].as_f64().unwrap();
+        assert!(e > 0.0 && e < 1e-2, "{r}");
+    }
+    assert_eq!(rows.last().unwrap()["arm"], "q4k_gemm");
+}

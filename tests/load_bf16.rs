@@ -102,6 +102,9 @@ fn bf16_checkpoint_loads_exactly_and_runs() {
     let (tensors, values) = layer(1);
     let path = write(&dir, &tensors);
     let (g, u, d) = load_bf16_layer(&path, 0).unwrap();
+    // The format-detecting loader picks the BF16 weight set for this file.
+    let host = denseffn::load::load_ffn(&path, 0).unwrap();
+    assert_eq!((host.format(), host.dims()), ("bf16", (H, I)));
     for (w, v) in [&g, &u, &d].iter().zip(&values) {
         let got: Vec<f32> = w.data.iter().map(|x| x.to_f32()).collect();
         assert_eq!(&got, v);

@@ -6,7 +6,7 @@ mod plot;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
-use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext};
+use denseffn::layer::{DenseFfnLayer, FfnActivation, ForwardContext};
 use denseffn::pack::random_activations;
 use denseffn::reference::{ffn_f64, rel_l2};
 use half::bf16;
@@ -183,28 +183,31 @@ fn run(
     let reference: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let mut rng = SmallRng::seed_from_u64(seed);
     let bar = progress(json, 4, "loading weights");
-    let (gate, up, down, what) = match &source {
+    let (host, what) = match &source {
         Source::Synthetic {
             hidden: h,
             intermediate: i,
         } => {
             let (h, i) = (*h, *i);
             let (gate, up, down) = denseffn::bench::synth::nvfp4_ffn(h, i, &mut rng)?;
-            (gate, up, down, format!("synthetic NVFP4 {h}×{i}"))
+            (
+                denseffn::load::HostFfn::Nvfp4([gate, up, down]),
+                format!("synthetic NVFP4 {h}×{i}"),
+            )
         }
         Source::Model { path, layer } => {
-            let (gate, up, down) = denseffn::load::load_nvfp4_layer(path, *layer)?;
+            let host = denseffn::load::load_ffn(path, *layer)?;
+            let (h, i) = host.dims();
             let what = format!(
-                "NVFP4 layer {layer} of {} ({}×{})",
-                path.display(),
-                gate.cols,
-                gate.rows
+                "{} layer {layer} of {} ({h}×{i})",
+                host.format(),
+                path.display()
             );
-            (gate, up, down, what)
+            (host, what)
         }
     };
     bar.inc(1);
-    let (h, i) = (gate.cols, gate.rows);
+    let (h, i) = host.dims();
     eprintln!(
         "layer: {what}, {act:?}, seed {seed}; backend {} ({})",
         gpu.name(),
@@ -219,23 +222,12 @@ fn run(
             .collect(),
     };
     bar.set_message("f64 reference");
-    let want = ffn_f64(
-        &gate.dequantize(),
-        &up.dequantize(),
-        &down.dequantize(),
-        h,
-        i,
-        &x,
-        act,
-    );
+    let [gv, uv, dv] = host.values();
+    let want = ffn_f64(&gv, &uv, &dv, h, i, &x, act);
 
     let make =
         |g: &Arc<dyn GpuBackend>| -> denseffn::Result<(DenseFfnLayer, ForwardContext, DevicePtr)> {
-            let layer = DenseFfnLayer::new_with_activation(
-                DenseFfnWeights::upload(g, &gate, &up, &down)?,
-                act,
-                g.clone(),
-            )?;
+            let layer = host.layer(g, act)?;
             let ctx = ForwardContext::new(&layer, tokens)?;
             let xin = g.alloc(x.len() * 2)?;
             let bytes: Vec<u8> = x
@@ -252,7 +244,13 @@ fn run(
     bar.set_message("uploading to the CPU reference");
     let (rlayer, mut rctx, rxin) = make(&reference)?;
     bar.finish_and_clear();
-    let wbytes = layer.weights().decode_bytes() as f64;
+    // The bytes one decode step streams: the active overlay's, else the NVFP4 decode copies.
+    let fp = layer.footprint();
+    let wbytes = if layer.active_overlay().is_some() {
+        fp.overlays
+    } else {
+        fp.decode_weights
+    } as f64;
     let flop_per_token = 2.0 * 3.0 * h as f64 * i as f64;
 
     let mut rows = Vec::new();
@@ -305,7 +303,7 @@ fn run(
         }
     }
     let arm = layer
-        .prefill_arm()
+        .prefill_arm_for(tokens)
         .map(|a| a.name().to_string())
         .unwrap_or_else(|e| format!("none: {e}"));
     paths.push((
@@ -438,23 +436,6 @@ fn print_rows(rows: &[Row], backend: &str, json: bool) {
     }
 }
 
-/// Whether `path` is a GGUF file: named `*.gguf`, or a file starting with the GGUF magic.
-fn is_gguf(path: &Path) -> bool {
-    use std::io::Read;
-    if path
-        .extension()
-        .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
-    {
-        return true;
-    }
-    let mut magic = [0u8; 4];
-    path.is_file()
-        && std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok()
-        && &magic == b"GGUF"
-}
-
 /// `denseffn inspect FILE.gguf`: the FFN weights of a GGUF file, then a summary per layer.
 fn inspect_gguf(path: &Path) -> denseffn::Result<()> {
     let list = denseffn::load::gguf::inspect_gguf(path)?;
@@ -523,7 +504,7 @@ fn inspect_gguf(path: &Path) -> denseffn::Result<()> {
 
 /// `denseffn inspect PATH`: the FFN tensors of a checkpoint, then a summary per layer.
 fn inspect(path: &Path) -> denseffn::Result<()> {
-    if is_gguf(path) {
+    if denseffn::load::is_gguf(path) {
         return inspect_gguf(path);
     }
     let list = denseffn::load::inspect(path)?;
