@@ -1055,3 +1055,34 @@ fn q2_0_layers_load_byte_for_byte() {
         .iter()
         .all(|t| t.type_name == "Q2_0" && t.bytes.is_some()));
 }
+
+/// The NVFP4 layer written by the `gguf` Python package (tests/fixtures/make_gguf_nvfp4_fixture.py):
+/// every value equals `gguf.quants.dequantize` bit for bit, and `load_ffn` gives the NVFP4
+/// weight set.
+#[test]
+fn nvfp4_fixture_matches_gguf_py_dequantization() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf_nvfp4");
+    let path = dir.join("model.gguf");
+    let reference: Vec<f32> = std::fs::read(dir.join("ref.f32"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let ffn = load_ffn_gguf(&path, 0).unwrap();
+    let mut got = Vec::new();
+    for w in [&ffn.gate, &ffn.up, &ffn.down] {
+        assert!(matches!(w, GgufWeight::Nvfp4(_)), "{:?}", ffn.file_types);
+        got.extend(w.dequantize());
+    }
+    assert_eq!(got.len(), reference.len());
+    // Bit for bit, except the sign of zero (E2M1 code 8 is −0; ggml's table says 0).
+    for (i, (a, b)) in got.iter().zip(&reference).enumerate() {
+        assert!(
+            a == b && (*a == 0.0 || a.to_bits() == b.to_bits()),
+            "value {i}: {a} vs gguf-py {b}"
+        );
+    }
+    assert!(reference.iter().filter(|v| **v != 0.0).count() > reference.len() / 2);
+    let host = denseffn::load::load_ffn(&path, 0).unwrap();
+    assert_eq!((host.format(), host.dims()), ("nvfp4", (64, 128)));
+}
