@@ -9,7 +9,7 @@
 //!
 //! Non-finite activations: a NaN or ±Inf in a token's input is not masked; it makes that token's
 //! outputs non-finite (on the CPU reference: every output of that token) and leaves the other
-//! tokens of the same call untouched.
+//! tokens of the same call untouched — for the NVFP4 weights and every overlay.
 mod common;
 use common::*;
 use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
@@ -33,6 +33,11 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<CudaBackend>();
     assert_send_sync::<Arc<dyn GpuBackend>>();
     assert_send_sync::<dyn GpuBackend>();
+    assert_send_sync::<denseffn::layer::TiledWeight>();
+    assert_send_sync::<denseffn::layer::Overlay>();
+    assert_send_sync::<denseffn::load::HostFfn>();
+    assert_send_sync::<denseffn::backend::Stream>();
+    assert_send_sync::<denseffn::backend::Graph>();
 }
 
 fn cpu() -> Arc<dyn GpuBackend> {
@@ -156,9 +161,22 @@ fn nan_and_inf_in_activations_propagate() {
     const TOKENS: usize = 3;
     let host = HostLayer::quantized(H, I, 43);
     let clean = activations(TOKENS * H, 47);
-    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+    use denseffn::layer::OverlayKind;
+    let overlays = [
+        None,
+        Some(OverlayKind::Q2),
+        Some(OverlayKind::Fp8),
+        Some(OverlayKind::Bf16),
+    ];
+    for (act, overlay) in [FfnActivation::Silu, FfnActivation::Gelu]
+        .into_iter()
+        .flat_map(|a| overlays.map(|o| (a, o)))
+    {
         let gpu = cpu();
-        let layer = host.layer(&gpu, act);
+        let mut layer = host.layer(&gpu, act);
+        if let Some(kind) = overlay {
+            OverlayHost::random(kind, H, I, 44).install(&mut layer).unwrap();
+        }
         let mut ctx = ForwardContext::new(&layer, TOKENS).unwrap();
         let want = all_paths(&layer, &mut ctx, &clean, TOKENS);
         for (_, y) in &want {
