@@ -175,7 +175,9 @@ fn nan_and_inf_in_activations_propagate() {
         let gpu = cpu();
         let mut layer = host.layer(&gpu, act);
         if let Some(kind) = overlay {
-            OverlayHost::random(kind, H, I, 44).install(&mut layer).unwrap();
+            OverlayHost::random(kind, H, I, 44)
+                .install(&mut layer)
+                .unwrap();
         }
         let mut ctx = ForwardContext::new(&layer, TOKENS).unwrap();
         let want = all_paths(&layer, &mut ctx, &clean, TOKENS);

@@ -395,3 +395,53 @@ fn two_streams_on_one_layer_match_serial_calls() {
         eprintln!("{overlay:?} ({h}, {i}): 2 threads × 2 streams × 60 calls equal the serial calls bit for bit");
     }
 }
+
+/// NaN/±Inf in one token's activations reach that token's outputs on the GPU too (never masked
+/// to finite values) and leave the other tokens of the call exactly as with clean input.
+#[test]
+fn non_finite_activations_propagate_on_the_gpu() {
+    use denseffn::layer::OverlayKind;
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = (256, 512);
+    let host = HostLayer::random(h, i, 91);
+    let clean = activations(3 * h, 92);
+    for overlay in [
+        None,
+        Some(OverlayKind::Q2),
+        Some(OverlayKind::Q4k),
+        Some(OverlayKind::Fp8),
+        Some(OverlayKind::Bf16),
+    ] {
+        let mut layer = host.layer(&gpu, FfnActivation::Silu);
+        if let Some(kind) = overlay {
+            OverlayHost::random(kind, h, i, 93)
+                .install(&mut layer)
+                .unwrap();
+        }
+        let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+        let run = |x: &[f32], ctx: &mut ForwardContext| -> Vec<Vec<f64>> {
+            let xs = upload_bf16(&gpu, x);
+            let a = download_bf16(&gpu, layer.forward(xs, ctx, 0).unwrap(), h);
+            let b = download_bf16(&gpu, layer.forward_km(xs, 3, ctx, 0).unwrap(), 3 * h);
+            let c = download_bf16(&gpu, layer.forward_prefill(xs, 3, ctx, 0).unwrap(), 3 * h);
+            vec![a, b, c]
+        };
+        let want = run(&clean, &mut ctx);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = clean.clone();
+            x[17] = bad;
+            for (p, (y, w)) in run(&x, &mut ctx).iter().zip(&want).enumerate() {
+                let n0 = y[..h].iter().filter(|v| !v.is_finite()).count();
+                assert!(
+                    n0 > h / 2,
+                    "{overlay:?} path {p} {bad}: only {n0} of token 0's outputs non-finite"
+                );
+                assert_eq!(
+                    &y[h..],
+                    &w[h..],
+                    "{overlay:?} path {p} {bad}: other tokens changed"
+                );
+            }
+        }
+    }
+}
