@@ -8,8 +8,18 @@ use denseffn_device::params::{
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
 pub const GEMV_SMEM_BUDGET: u32 = 48 * 1024;
-/// Blocks per SM the planner aims for.
-const BLOCKS_PER_SM: u32 = 4;
+/// Blocks per SM the planner aims for (default 4; `DENSEFFN_GEMV_BLOCKS_PER_SM` = 1..=16
+/// overrides it, read once per process: a tuning knob for benchmarks).
+fn blocks_per_sm() -> u32 {
+    static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("DENSEFFN_GEMV_BLOCKS_PER_SM")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| (1..=16).contains(v))
+            .unwrap_or(4)
+    })
+}
 
 /// The schedule of one GEMV launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +40,7 @@ impl GemvPlan {
         let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
         let max_chunks =
             ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * GEMV_SMEM_PER_TOKEN_CHUNK)).max(1);
-        let for_occupancy = (BLOCKS_PER_SM * sm_count).div_ceil(row_groups);
+        let for_occupancy = (blocks_per_sm() * sm_count).div_ceil(row_groups);
         let splits = for_occupancy
             .max(k_tiles.div_ceil(max_chunks))
             .clamp(1, k_tiles.max(1));
