@@ -87,3 +87,81 @@ fn shapes_that_do_not_split_are_errors() {
     assert!(host.gate.slice_cols(8, 32).is_err());
     assert!(host.gate.slice_rows(10, 10).is_err());
 }
+
+/// Every weight format shards: rank layers (each over its slice, on its own backend in its own
+/// thread) sum to the unsharded FFN on decode, km and prefill.
+#[test]
+fn every_format_shards_and_its_ranks_sum_to_the_ffn() {
+    use denseffn::layer::OverlayKind;
+    use denseffn::load::HostFfn;
+    let (h, i, m) = (256usize, 1024usize, 4usize);
+    let x = activations(m * h, 63);
+    let nv = HostLayer::quantized(h, i, 64);
+    let mut hosts = vec![HostFfn::Nvfp4([
+        nv.gate.clone(),
+        nv.up.clone(),
+        nv.down.clone(),
+    ])];
+    for kind in [
+        OverlayKind::Q2,
+        OverlayKind::Q4k,
+        OverlayKind::Fp8,
+        OverlayKind::Bf16,
+    ] {
+        hosts.push(OverlayHost::random(kind, h, i, 65).host_ffn());
+    }
+    for host in &hosts {
+        let [g, u, d] = host.values();
+        let want = denseffn::reference::ffn_f64(&g, &u, &d, h, i, &x, FfnActivation::Silu);
+        for world in [1usize, 2, 4] {
+            let shards = host.shard(world).unwrap();
+            assert_eq!(shards.len(), world);
+            let partials: Vec<[Vec<f64>; 3]> = std::thread::scope(|s| {
+                let hs: Vec<_> = shards
+                    .iter()
+                    .map(|shard| {
+                        let x = &x;
+                        s.spawn(move || {
+                            let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+                            let layer = shard.layer(&gpu, FfnActivation::Silu).unwrap();
+                            let mut ctx = ForwardContext::new(&layer, m).unwrap();
+                            let xs = upload_bf16(&gpu, x);
+                            let one =
+                                download_bf16(&gpu, layer.forward(xs, &mut ctx, 0).unwrap(), h);
+                            let km = download_bf16(
+                                &gpu,
+                                layer.forward_km(xs, m, &mut ctx, 0).unwrap(),
+                                m * h,
+                            );
+                            let pf = download_bf16(
+                                &gpu,
+                                layer.forward_prefill(xs, m, &mut ctx, 0).unwrap(),
+                                m * h,
+                            );
+                            [one, km, pf]
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for (p, name) in ["forward", "forward_km", "forward_prefill"]
+                .iter()
+                .enumerate()
+            {
+                let n = partials[0][p].len();
+                let sum: Vec<f64> = (0..n)
+                    .map(|k| partials.iter().map(|r| r[p][k]).sum())
+                    .collect();
+                let e = rel_l2(&sum, &want[..n]);
+                assert!(
+                    e < 1e-2,
+                    "{} world {world} {name}: rel L2 {e}",
+                    host.format()
+                );
+            }
+        }
+        // A split that breaks the format's unit is an error naming the format.
+        let e = host.shard(3).unwrap_err();
+        assert!(e.to_string().contains(host.format()), "{e}");
+    }
+}

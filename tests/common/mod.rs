@@ -179,6 +179,17 @@ impl OverlayHost {
         }
     }
 
+    /// The same weights as the library's format-tagged host weights.
+    pub fn host_ffn(&self) -> denseffn::load::HostFfn {
+        use denseffn::load::HostFfn;
+        match &self.parts {
+            OverlayParts::Fp8(p) => HostFfn::Fp8(p.clone()),
+            OverlayParts::Bf16(p) => HostFfn::Bf16(p.clone()),
+            OverlayParts::Q2(p) => HostFfn::Q2(p.clone()),
+            OverlayParts::Q4k(p) => HostFfn::Q4k(p.clone()),
+        }
+    }
+
     /// The f64 reference for `x` (`[m][hidden]`).
     pub fn reference(&self, x: &[f32], act: FfnActivation) -> Vec<f64> {
         let [g, u, d] = self.values();
