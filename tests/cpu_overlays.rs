@@ -417,3 +417,14 @@ fn placeholder_layers_run_only_through_an_overlay() {
         assert!((1..=8).all(|m| layer.can_forward_km(m)));
     }
 }
+
+/// The same sweep the GPU sanitizer run relies on reaches every entry point (checked here on the
+/// CPU reference, so a new kernel without a path fails CI).
+#[test]
+fn every_kernel_entry_point_is_reached_by_some_path() {
+    let missed = kernels_no_path_launches(&cpu());
+    assert!(
+        missed.is_empty(),
+        "entry points no path launched: {missed:?}"
+    );
+}

@@ -445,3 +445,16 @@ fn non_finite_activations_propagate_on_the_gpu() {
         }
     }
 }
+
+/// Runs every path of every weight set with both activations on small shapes and checks that
+/// together they launch every kernel entry point the library has (the CPU backend's list): under
+/// `run.sh sanitize` this is what puts every entry point through compute-sanitizer.
+#[test]
+fn every_kernel_entry_point_runs() {
+    let Some(gpu) = cuda() else { return };
+    let missed = kernels_no_path_launches(&gpu);
+    assert!(
+        missed.is_empty(),
+        "entry points no path launched: {missed:?}"
+    );
+}

@@ -204,3 +204,54 @@ pub fn denseffn_cli(args: &[&str]) -> std::process::Output {
         .output()
         .expect("run denseffn")
 }
+
+/// Runs every path (forward, forward_batched, k2, k3, km m = 1..8, prefill N = 5 and 64) of every
+/// weight set (NVFP4 and each overlay) with both activations on a small layer, and returns the
+/// kernel entry points of the library (the CPU backend's list) that none of them dispatched.
+pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> {
+    use denseffn::layer::{ForwardContext, OverlayKind};
+    use std::collections::BTreeSet;
+    let (h, i) = (256, 512);
+    let host = HostLayer::random(h, i, 101);
+    let x = upload_bf16(gpu, &activations(64 * h, 102));
+    let mut seen = BTreeSet::new();
+    let sets = [
+        None,
+        Some(OverlayKind::Q2),
+        Some(OverlayKind::Q4k),
+        Some(OverlayKind::Fp8),
+        Some(OverlayKind::Bf16),
+    ];
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        for set in sets {
+            let mut layer = host.layer(gpu, act);
+            if let Some(kind) = set {
+                OverlayHost::random(kind, h, i, 103)
+                    .install(&mut layer)
+                    .unwrap();
+            }
+            let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+            seen.extend(layer.decode_kernels());
+            layer.forward(x, &mut ctx, 0).unwrap();
+            layer.forward_batched(x, 2, &mut ctx, 0).unwrap();
+            seen.extend(layer.verify_kernels(2));
+            layer.forward_k2(x, &mut ctx, 0).unwrap();
+            seen.extend(layer.verify_kernels(3));
+            layer.forward_k3(x, &mut ctx, 0).unwrap();
+            for m in 1..=8 {
+                seen.extend(layer.km_kernels(m));
+                layer.forward_km(x, m, &mut ctx, 0).unwrap();
+            }
+            for n in [5, 64] {
+                seen.extend(layer.prefill_kernels(n));
+                layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
+            }
+            gpu.synchronize(0).unwrap();
+        }
+    }
+    denseffn::backend::CpuBackend::kernels()
+        .iter()
+        .copied()
+        .filter(|k| !seen.contains(k))
+        .collect()
+}
