@@ -200,7 +200,7 @@ fn run(
             let (h, i) = host.dims();
             let what = format!(
                 "{} layer {layer} of {} ({h}×{i})",
-                host.format(),
+                host.format().to_uppercase(),
                 path.display()
             );
             (host, what)
