@@ -53,16 +53,7 @@ fn run(
     x: &[f32],
     ctx: &mut ForwardContext,
 ) -> Result<Vec<f64>, Error> {
-    let xs = upload_bf16(gpu, &x[..m * layer.hidden()]);
-    let y = match path {
-        "forward" => layer.forward(xs, ctx, 0),
-        "k2" => layer.forward_k2(xs, ctx, 0),
-        "k3" => layer.forward_k3(xs, ctx, 0),
-        "km" => layer.forward_km(xs, m, ctx, 0),
-        "prefill" => layer.forward_prefill(xs, m, ctx, 0),
-        other => panic!("no path {other}"),
-    }?;
-    Ok(download_bf16(gpu, y, m * layer.hidden()))
+    path_output(layer, gpu, path, m, x, ctx)
 }
 
 fn paths() -> Vec<(&'static str, usize)> {

@@ -125,30 +125,40 @@ fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
         "forward_prefill".into(),
     ];
     paths.extend((1..=8).map(|m| format!("forward_km{m}")));
-    // The NVFP4 and elementwise kernels; the overlays' own are covered by tests/cpu_overlays.rs.
+    // The NVFP4, elementwise and LoRA kernels; the overlays' own are covered by
+    // tests/cpu_overlays.rs.
     let nvfp4_layer_kernels = CpuBackend::kernels()
         .iter()
         .filter(|k| k.contains("nvfp4") || !k.contains("gem"));
     for &kernel in nvfp4_layer_kernels {
         let mut needed_by = 0;
-        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        // Each activation, without and with LoRA deltas (which add `lora_shrink`).
+        for (act, lora) in [
+            (FfnActivation::Silu, false),
+            (FfnActivation::Gelu, false),
+            (FfnActivation::Silu, true),
+            (FfnActivation::Gelu, true),
+        ] {
             let cpu = Arc::new(CpuBackend::new().without_kernels(&[kernel]));
             let gpu: Arc<dyn GpuBackend> = cpu.clone();
-            let layer = host.layer(&gpu, act);
+            let mut layer = host.layer(&gpu, act);
+            if lora {
+                layer.set_lora_weights(lora_weights(H, I, 16, 44)).unwrap();
+            }
             for path in &paths {
                 let before = gpu.launch_count();
                 match run_path(&layer, &gpu, path) {
                     Ok(()) => {}
                     Err(Error::MissingKernel(k)) => {
-                        assert_eq!(k, kernel, "{path} {act:?}: wrong kernel named");
+                        assert_eq!(k, kernel, "{path} {act:?} lora={lora}: wrong kernel named");
                         assert_eq!(
                             gpu.launch_count(),
                             before,
-                            "{path} {act:?}: launched before failing"
+                            "{path} {act:?} lora={lora}: launched before failing"
                         );
                         needed_by += 1;
                     }
-                    Err(e) => panic!("{path} {act:?} without {kernel}: {e}"),
+                    Err(e) => panic!("{path} {act:?} lora={lora} without {kernel}: {e}"),
                 }
             }
         }
@@ -156,5 +166,55 @@ fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
             needed_by > 0,
             "no path needs {kernel}: dead kernel or missing check"
         );
+    }
+}
+
+/// Every allocation of `set_lora_weights` failing once, on a layer without LoRA and on one with
+/// an earlier LoRA: out of memory, nothing leaked, and the layer exactly as it was (same LoRA,
+/// footprint and results on every path).
+#[test]
+fn every_lora_install_allocation_failing_once_is_clean() {
+    let host = HostLayer::random(H, I, 45);
+    let (first, second) = (lora_weights(H, I, 8, 46), lora_weights(H, I, 24, 47));
+    let x = activations(8 * H, 48);
+    let paths = [("forward", 1), ("k2", 2), ("km", 8), ("prefill", 8)];
+    let results = |layer: &DenseFfnLayer, gpu: &Arc<dyn GpuBackend>| -> Vec<Vec<f64>> {
+        let mut ctx = ForwardContext::new(layer, 8).unwrap();
+        paths
+            .iter()
+            .map(|&(p, m)| path_output(layer, gpu, p, m, &x, &mut ctx).unwrap())
+            .collect()
+    };
+    let allocs = {
+        let cpu = Arc::new(CpuBackend::new());
+        let gpu: Arc<dyn GpuBackend> = cpu.clone();
+        let mut layer = host.layer(&gpu, FfnActivation::Silu);
+        let before = cpu.allocations_attempted();
+        layer.set_lora_weights(second.clone()).unwrap();
+        cpu.allocations_attempted() - before
+    };
+    assert_eq!(allocs, 6, "A and B of gate, up, down");
+    for earlier in [None, Some(&first)] {
+        for fail in 0..allocs {
+            let cpu = Arc::new(CpuBackend::new());
+            let gpu: Arc<dyn GpuBackend> = cpu.clone();
+            let mut layer = host.layer(&gpu, FfnActivation::Silu);
+            if let Some(w) = earlier {
+                layer.set_lora_weights(w.clone()).unwrap();
+            }
+            let want = results(&layer, &gpu);
+            let (foot, used, live) = (layer.footprint(), cpu.used_bytes(), cpu.live_allocations());
+            cpu.fail_allocation_at(cpu.allocations_attempted() + fail);
+            let e = layer.set_lora_weights(second.clone()).unwrap_err();
+            assert!(matches!(e, Error::OutOfMemory { .. }), "alloc {fail}: {e}");
+            assert_eq!(layer.lora_rank(), earlier.map(|w| w.rank));
+            assert_eq!(layer.footprint(), foot, "alloc {fail}");
+            assert_eq!(
+                (cpu.used_bytes(), cpu.live_allocations()),
+                (used, live),
+                "alloc {fail}: leaked"
+            );
+            assert_eq!(results(&layer, &gpu), want, "alloc {fail}: results changed");
+        }
     }
 }

@@ -86,9 +86,22 @@ pub struct GemvParams {
     pub out_bf16: u32,
     /// Padding to a multiple of 8 bytes.
     pub _pad: u32,
+    /// LoRA up-projection `B` of projection 0: bf16 `[n][lora_rank]`, row-major (0: none).
+    pub lora_b0: u64,
+    /// LoRA `B` of projection 1 (the dual kernel's second projection).
+    pub lora_b1: u64,
+    /// LoRA shrink results `scale·A·x`: f32 `[proj][m][lora_rank]` (projection 1 at
+    /// `m·lora_rank` elements), made by `lora_shrink` ([`LoraShrinkParams`]).
+    pub lora_ax: u64,
+    /// Padded LoRA rank (a multiple of [`LORA_RANK_STEP`]); 0: no LoRA delta. When set, the
+    /// last K split's epilogue adds `Σ_r B[row][r]·ax[t][r]` to its result before writing.
+    pub lora_rank: u32,
+    /// Padding to a multiple of 8 bytes.
+    pub _pad_lora: u32,
 }
 
-// SAFETY: repr(C), 10 u64 then 10 four-byte fields: no padding, all bit patterns valid.
+// SAFETY: repr(C), 10 u64, 10 four-byte fields, 3 u64, 2 four-byte fields: no padding (the
+// second u64 run starts at byte 120), all bit patterns valid.
 unsafe impl ParamBlock for GemvParams {}
 
 /// Rows per block of the GEMV family (8 warps × one 16-row tile).
@@ -162,9 +175,21 @@ pub struct GemmParams {
     pub tokens: u32,
     /// Epilogue activation for the dual kernel: 1 SiLU, 2 GELU-tanh.
     pub act: u32,
+    /// LoRA `B` of projection 0: bf16 `[n][lora_rank]`, row-major (0: none).
+    pub lora_b0: u64,
+    /// LoRA `B` of projection 1.
+    pub lora_b1: u64,
+    /// LoRA shrink results `scale·A·x`: f32 `[proj][tokens][lora_rank]`.
+    pub lora_ax: u64,
+    /// Padded LoRA rank (a multiple of [`LORA_RANK_STEP`]); 0: none. When set, the epilogue
+    /// adds `Σ_r B[row][r]·ax[t][r]` to each projection (before the dual kernel's activation).
+    pub lora_rank: u32,
+    /// Padding to a multiple of 8 bytes.
+    pub _pad_lora: u32,
 }
 
-// SAFETY: repr(C), 6 u64 then 6 four-byte fields: no padding.
+// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 2 four-byte fields: no padding (the second
+// u64 run starts at byte 72).
 unsafe impl ParamBlock for GemmParams {}
 
 /// 16-row tiles per warp of the prefill GEMM (a block is 8 warps: `128·GEMM_RT` rows).
@@ -185,3 +210,68 @@ pub const fn gemm_tokens_per_block(dual: bool) -> u32 {
 pub const fn gemm_smem_bytes(dual: bool) -> u32 {
     2 * gemm_tokens_per_block(dual) * 64 * 2
 }
+
+/// LoRA ranks are padded on the device to a multiple of this (zero rows of `A`, zero columns
+/// of `B`): one `mma.m16n8k16` K step of the expansion, and the rank rows of one shrink block.
+pub const LORA_RANK_STEP: u32 = 16;
+/// The largest LoRA rank the kernels take.
+pub const LORA_MAX_RANK: u32 = 256;
+/// Columns one `lora_shrink` step stages and multiplies (each lane: two 16-byte vectors of `A`
+/// per rank row).
+pub const LORA_SHRINK_STEP: u32 = 512;
+/// Tokens one `lora_shrink` block carries.
+pub const LORA_SHRINK_TOKENS: u32 = 8;
+/// Threads of a `lora_shrink` block (8 warps, 2 rank rows each: [`LORA_RANK_STEP`] rows).
+pub const LORA_SHRINK_THREADS: u32 = 256;
+/// Most K-splits × rank groups of one `lora_shrink` launch (bounds its workspace).
+pub const LORA_SHRINK_MAX_SPLIT_GROUPS: u32 = 128;
+/// Dynamic shared memory of a `lora_shrink` block: the staged f32 activations
+/// (`LORA_SHRINK_TOKENS × LORA_SHRINK_STEP`) and a 16-byte flag slot after them.
+pub const LORA_SHRINK_SMEM: u32 = LORA_SHRINK_TOKENS * LORA_SHRINK_STEP * 4 + 16;
+
+/// Parameters of `lora_shrink`: `out[p][t][r] = scale · Σ_k A_p[r][k] · act[t][k]` for one or
+/// two projections `p` (`a1 != 0`: both read the same activations), `tokens` rows and the
+/// padded rank `rank` (a multiple of [`LORA_RANK_STEP`]). `A_p`: bf16 `[rank][k]`, row-major.
+/// Activations as [`GemvParams`] reads them (`source`). Grid: (`splits`, `rank / 16`,
+/// `projs · ceil(tokens / 8)`); block: [`LORA_SHRINK_THREADS`]; dynamic shared memory
+/// [`LORA_SHRINK_SMEM`]. With `splits > 1` (only for `tokens ≤ 8`) each split writes f32
+/// partials to `ws` (`[splits][projs][tokens][rank]`) and the last block of each (projection,
+/// rank group), counted in `counters` (`[projs][rank / 16]`, zero between launches, reset by
+/// that block), sums them in split order: deterministic.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoraShrinkParams {
+    /// `A` of projection 0, bf16 `[rank][k]`.
+    pub a0: u64,
+    /// `A` of projection 1 (0: one projection).
+    pub a1: u64,
+    /// Activation buffer (see `source`).
+    pub act0: u64,
+    /// Second activation buffer (`u` for [`source::SILU_F32`]), else 0.
+    pub act1: u64,
+    /// Output, f32 `[projs][tokens][rank]`.
+    pub out: u64,
+    /// Split-K partials, f32 `[splits][projs][tokens][rank]` (unused when `splits == 1`).
+    pub ws: u64,
+    /// Split counters, u32 `[projs][rank / 16]` (unused when `splits == 1`).
+    pub counters: u64,
+    /// `alpha / rank` (the unpadded rank).
+    pub scale: f32,
+    /// Reduction length (multiple of 8).
+    pub k: u32,
+    /// Tokens (≥ 1).
+    pub tokens: u32,
+    /// Padded rank (multiple of 16, ≤ [`LORA_MAX_RANK`]).
+    pub rank: u32,
+    /// K splits (grid.x).
+    pub splits: u32,
+    /// Columns per split (a multiple of [`LORA_SHRINK_STEP`]; the last split may have fewer).
+    pub cols_per_split: u32,
+    /// One of `source::*`.
+    pub source: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+// SAFETY: repr(C), 7 u64 then 8 four-byte fields: no padding.
+unsafe impl ParamBlock for LoraShrinkParams {}

@@ -6,7 +6,10 @@ use super::Launch;
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
 use denseffn_device::formats::tiles::TileFormat;
-use denseffn_device::params::{source, ElementwiseParams, GemmParams, GemvParams, ParamBlock};
+use denseffn_device::params::{
+    source, ElementwiseParams, GemmParams, GemvParams, LoraShrinkParams, ParamBlock, LORA_MAX_RANK,
+    LORA_RANK_STEP,
+};
 use half::bf16;
 
 /// Kernels the CPU backend can execute.
@@ -40,6 +43,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "q4k_gemv",
     "q4k_gemm_gate_up_act",
     "q4k_gemm",
+    "lora_shrink",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -89,6 +93,7 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "silu_mul" => elementwise(mem, &params(l)?, silu),
+        "lora_shrink" => lora_shrink(mem, &params(l)?),
         other => Err(Error::MissingKernel(other.into())),
     }
 }
@@ -134,32 +139,87 @@ fn elementwise(mem: &mut Memory, p: &ElementwiseParams, f: fn(f64) -> f64) -> Re
     Ok(())
 }
 
-/// Activations `[m][k]` as f64, from the source the parameter block names.
-fn activations(mem: &Memory, p: &GemvParams) -> Result<Vec<f64>> {
-    let len = (p.m * p.k) as usize;
-    Ok(match p.source {
-        source::BF16 => {
-            let raw: Vec<u16> =
-                bytemuck::allocation::pod_collect_to_vec(mem.read(p.act0, len * 2)?);
-            raw.into_iter()
-                .map(|b| bf16::from_bits(b).to_f64())
-                .collect()
-        }
-        source::F32 => f32s(mem, p.act0, len)?.into_iter().map(f64::from).collect(),
+/// `len` activations as f64, from `src` (one of `source::*`) over `act0` (and `act1`).
+fn activations(mem: &Memory, src: u32, act0: u64, act1: u64, len: usize) -> Result<Vec<f64>> {
+    Ok(match src {
+        source::BF16 => bf16s(mem, act0, len)?,
+        source::F32 => f32s(mem, act0, len)?.into_iter().map(f64::from).collect(),
         source::SILU_F32 => {
-            let g = f32s(mem, p.act0, len)?;
-            let u = f32s(mem, p.act1, len)?;
+            let g = f32s(mem, act0, len)?;
+            let u = f32s(mem, act1, len)?;
             g.iter()
                 .zip(&u)
                 .map(|(&g, &u)| silu(g as f64) * u as f64)
                 .collect()
         }
-        s => {
-            return Err(Error::Invalid(format!(
-                "gemv: unknown activation source {s}"
-            )))
-        }
+        s => return Err(Error::Invalid(format!("unknown activation source {s}"))),
     })
+}
+
+fn bf16s(mem: &Memory, ptr: u64, n: usize) -> Result<Vec<f64>> {
+    let raw: Vec<u16> = bytemuck::allocation::pod_collect_to_vec(mem.read(ptr, n * 2)?);
+    Ok(raw
+        .into_iter()
+        .map(|b| bf16::from_bits(b).to_f64())
+        .collect())
+}
+
+/// Whether `rank` is a padded LoRA rank the kernels take (0: LoRA off).
+fn lora_rank_ok(rank: u32) -> bool {
+    rank % LORA_RANK_STEP == 0 && rank <= LORA_MAX_RANK
+}
+
+/// `lora_shrink`: `out[p][t][r] = scale·Σ_k A_p[r][k]·act[t][k]`, f64 accumulation.
+fn lora_shrink(mem: &mut Memory, p: &LoraShrinkParams) -> Result<()> {
+    let (k, t, r) = (p.k as usize, p.tokens as usize, p.rank as usize);
+    if k == 0 || k % 8 != 0 || t == 0 || r == 0 || !lora_rank_ok(p.rank) || p.splits == 0 {
+        return Err(Error::Invalid(format!(
+            "lora_shrink: k={k} tokens={t} rank={r} splits={}",
+            p.splits
+        )));
+    }
+    let x = activations(mem, p.source, p.act0, p.act1, t * k)?;
+    let projs: &[u64] = if p.a1 != 0 { &[p.a0, p.a1] } else { &[p.a0] };
+    let mut out = vec![0.0f32; projs.len() * t * r];
+    for (pi, &a) in projs.iter().enumerate() {
+        let a = bf16s(mem, a, r * k)?;
+        for (tok, xr) in x.chunks_exact(k).enumerate() {
+            for (ri, ar) in a.chunks_exact(k).enumerate() {
+                let dot: f64 = ar.iter().zip(xr).map(|(a, x)| a * x).sum();
+                out[(pi * t + tok) * r + ri] = (dot * p.scale as f64) as f32;
+            }
+        }
+    }
+    mem.write(p.out, out.len() * 4)?
+        .copy_from_slice(bytemuck::cast_slice(&out));
+    Ok(())
+}
+
+/// Adds the LoRA expansion `Σ_r B[row][r]·ax[t][r]` to `y` (`[t][n]`, f64) for projection
+/// `proj`: `B` bf16 `[n][rank]`, `ax` f32 `[proj][t][rank]`. No-op when `rank == 0`.
+fn add_lora(
+    mem: &Memory,
+    (b, ax, rank): (u64, u64, u32),
+    proj: usize,
+    (n, t): (usize, usize),
+    y: &mut [f64],
+) -> Result<()> {
+    if rank == 0 {
+        return Ok(());
+    }
+    if !lora_rank_ok(rank) {
+        return Err(Error::Invalid(format!("LoRA rank {rank}")));
+    }
+    let r = rank as usize;
+    let b = bf16s(mem, b, n * r)?;
+    let ax = f32s(mem, ax + (proj * t * r * 4) as u64, t * r)?;
+    for (tok, xr) in ax.chunks_exact(r).enumerate() {
+        for (row, br) in b.chunks_exact(r).enumerate() {
+            let d: f64 = br.iter().zip(xr).map(|(&b, &x)| b * x as f64).sum();
+            y[tok * n + row] += d;
+        }
+    }
+    Ok(())
 }
 
 fn gemv(mem: &mut Memory, p: &GemvParams, format: Format) -> Result<()> {
@@ -176,17 +236,19 @@ fn gemv(mem: &mut Memory, p: &GemvParams, format: Format) -> Result<()> {
             p.splits
         )));
     }
-    let act = activations(mem, p)?;
-    let projs: &[(u64, u64, f32, u64)] = &[
-        (p.w0, p.s0, p.gscale0, p.out0),
-        (p.w1, p.s1, p.gscale1, p.out1),
+    let act = activations(mem, p.source, p.act0, p.act1, m * k)?;
+    let projs: &[(u64, u64, f32, u64, u64)] = &[
+        (p.w0, p.s0, p.gscale0, p.out0, p.lora_b0),
+        (p.w1, p.s1, p.gscale1, p.out1, p.lora_b1),
     ];
     let count = if p.w1 != 0 { 2 } else { 1 };
-    for &(w, s, gscale, out) in &projs[..count] {
+    for (proj, &(w, s, gscale, out, lora_b)) in projs[..count].iter().enumerate() {
         let (cb, sb) = format.bytes(n, k);
         let codes = mem.read(w, cb)?;
         let scales = if sb > 0 { mem.read(s, sb)? } else { &[] };
-        let y = gemv_tiled(format, codes, scales, gscale, n, k, m, &act);
+        let mut y = gemv_tiled(format, codes, scales, gscale, n, k, m, &act);
+        let lora = (lora_b, p.lora_ax, p.lora_rank);
+        add_lora(mem, lora, proj, (n, m), &mut y)?;
         if p.out_bf16 != 0 {
             let b: Vec<u16> = y.iter().map(|&v| bf16::from_f64(v).to_bits()).collect();
             mem.write(out, n * m * 2)?
@@ -265,11 +327,7 @@ fn gemm(mem: &mut Memory, p: &GemmParams, format: Format) -> Result<()> {
     if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || t == 0 {
         return Err(Error::Invalid(format!("gemm: n={n} k={k} tokens={t}")));
     }
-    let raw: Vec<u16> = bytemuck::allocation::pod_collect_to_vec(mem.read(p.x, t * k * 2)?);
-    let x: Vec<f64> = raw
-        .into_iter()
-        .map(|b| bf16::from_bits(b).to_f64())
-        .collect();
+    let x = bf16s(mem, p.x, t * k)?;
     let (cb, sb) = format.bytes(n, k);
     let proj = |mem: &Memory, w: u64, s: u64, g: f32| -> Result<Vec<f64>> {
         Ok(gemv_tiled(
@@ -284,8 +342,10 @@ fn gemm(mem: &mut Memory, p: &GemmParams, format: Format) -> Result<()> {
         ))
     };
     let mut y = proj(mem, p.w0, p.s0, p.gscale0)?;
+    add_lora(mem, (p.lora_b0, p.lora_ax, p.lora_rank), 0, (n, t), &mut y)?;
     if p.w1 != 0 {
-        let u = proj(mem, p.w1, p.s1, p.gscale1)?;
+        let mut u = proj(mem, p.w1, p.s1, p.gscale1)?;
+        add_lora(mem, (p.lora_b1, p.lora_ax, p.lora_rank), 1, (n, t), &mut u)?;
         let f = if p.act == 2 { gelu_tanh } else { silu };
         for (a, u) in y.iter_mut().zip(u) {
             *a = f(*a) * u;

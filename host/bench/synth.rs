@@ -2,7 +2,9 @@
 //! that keep activations O(1) through the FFN.
 use crate::backend::GpuBackend;
 use crate::buffer::DeviceBuffer;
-use crate::layer::{DenseFfnLayer, DenseFfnWeights, DenseWeight, FfnActivation};
+use crate::layer::{
+    DenseFfnLayer, DenseFfnWeights, DenseWeight, FfnActivation, LoraFfnWeights, LoraProjection,
+};
 use crate::pack::{random_activations, Nvfp4Host};
 use crate::pack_fp8::Fp8Host;
 use crate::pack_q2::Q2Host;
@@ -144,5 +146,30 @@ pub fn dense(r: usize, c: usize, rng: &mut impl RngCore) -> DenseWeight {
         data: (0..r * c)
             .map(|_| bf16::from_f32(rng.random_range(-s..s)))
             .collect(),
+    }
+}
+
+/// Random LoRA adapters of `rank` for an `h × i` layer with alpha = 2·rank (scale 2): `A`
+/// uniform in ±1/sqrt(in) (as [`dense`]), `B` uniform in ±0.5/sqrt(rank), so a projection's delta
+/// has about a third of the magnitude of N(0, 1) activations — large enough that a lost or wrong
+/// delta shows in any comparison.
+pub fn lora(h: usize, i: usize, rank: usize, rng: &mut impl RngCore) -> LoraFfnWeights {
+    let s = 0.5 / (rank as f32).sqrt();
+    let mut proj = |out: usize, inp: usize| LoraProjection {
+        a: dense(rank, inp, rng),
+        b: DenseWeight {
+            rows: out,
+            cols: rank,
+            data: (0..out * rank)
+                .map(|_| bf16::from_f32(rng.random_range(-s..s)))
+                .collect(),
+        },
+    };
+    LoraFfnWeights {
+        rank,
+        alpha: 2.0 * rank as f32,
+        gate: proj(i, h),
+        up: proj(i, h),
+        down: proj(h, i),
     }
 }

@@ -18,7 +18,10 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 ///
 /// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
-/// workspace; split-K counters (zero between launches: each launch's last block resets them).
+/// workspace; split-K counters (zero between launches: each launch's last block resets them);
+/// LoRA scratch (`lora_shrink`'s results f32 `[3][tokens][rank]` for up to 8 tokens at any
+/// rank — and for `max_tokens` at the layer's LoRA rank when it has one at creation — its
+/// split-K partials, 128 KiB, and counters).
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -30,6 +33,7 @@ pub struct ForwardContext {
     pub(crate) prefill_act: DeviceBuffer,
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
+    pub(crate) lora: super::lora::LoraScratch,
 }
 
 impl ForwardContext {
@@ -64,6 +68,7 @@ impl ForwardContext {
             prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
+            lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
         })
     }
 
@@ -90,6 +95,7 @@ impl ForwardContext {
         ]
         .iter()
         .map(|b| b.len())
-        .sum()
+        .sum::<usize>()
+            + self.lora.bytes()
     }
 }

@@ -11,14 +11,17 @@ pub struct Footprint {
     pub t_copies: usize,
     /// Load-time materialized copies for MMQ prefill arms (none exist yet: always 0).
     pub mmq_copies: usize,
-    /// Overlay weights (FP8, BF16, Q2_0).
+    /// Overlay weights (Q2_0, Q4_K, FP8, BF16).
     pub overlays: usize,
+    /// LoRA matrices ([`super::DenseFfnLayer::set_lora_weights`]): bf16 `A` and `B` of gate,
+    /// up and down at the rank padded to 16.
+    pub lora: usize,
 }
 
 impl Footprint {
     /// All classes together.
     pub fn total(&self) -> usize {
-        self.decode_weights + self.t_copies + self.mmq_copies + self.overlays
+        self.decode_weights + self.t_copies + self.mmq_copies + self.overlays + self.lora
     }
 }
 
@@ -30,6 +33,7 @@ impl DenseFfnLayer {
             decode_weights: w.decode_bytes(),
             t_copies: w.t_bytes(),
             overlays: self.overlays.bytes(),
+            lora: self.lora_bytes(),
             ..Default::default()
         }
     }

@@ -2,6 +2,7 @@
 //! choice of kernels per call.
 mod context;
 mod footprint;
+mod lora;
 mod overlay;
 pub mod plan;
 mod prefill;
@@ -9,6 +10,7 @@ mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
+pub use lora::{LoraFfnWeights, LoraProjection, ShrinkPlan, MAX_LORA_RANK};
 pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
@@ -18,6 +20,7 @@ pub use weights::{DenseFfnWeights, Nvfp4Weight};
 use crate::backend::{DevicePtr, GpuBackend, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::params::{source, ElementwiseParams, GemvParams, ParamBlock};
+use lora::LoraSlot;
 use plan::GemvPlan;
 use std::sync::Arc;
 
@@ -55,6 +58,9 @@ pub mod kernels {
     pub const BATCHM: &str = "gemv_batchm_nvfp4";
     /// One projection, 5 ≤ m ≤ 8 tokens.
     pub const BATCH8: &str = "gemv_batch8_nvfp4";
+    /// LoRA shrink `ax = (alpha/rank)·A·x` of gate+up or of down (with LoRA installed, once
+    /// before gate+up and once before down on every path).
+    pub const LORA_SHRINK: &str = "lora_shrink";
 }
 
 /// The decode / verify / km kernels of one weight set (NVFP4 or an overlay format).
@@ -179,6 +185,7 @@ pub struct DenseFfnLayer {
     activation: FfnActivation,
     gpu: Arc<dyn GpuBackend>,
     overlays: overlay::Overlays,
+    lora: Option<lora::LoraDevice>,
 }
 
 impl DenseFfnLayer {
@@ -211,6 +218,7 @@ impl DenseFfnLayer {
             activation,
             gpu,
             overlays: Default::default(),
+            lora: None,
         })
     }
 
@@ -273,12 +281,13 @@ impl DenseFfnLayer {
     }
 
     /// Kernels `forward` launches, in order: SiLU 2 (gate_up, silu_down), GELU 3 (gate_up,
-    /// gelu_mul, down), of the active weight set.
+    /// gelu_mul, down), of the active weight set; with LoRA, a `lora_shrink` before gate_up and
+    /// one before the down GEMV: SiLU 4, GELU 5.
     pub fn decode_kernels(&self) -> Vec<&'static str> {
         let k = self.kernel_set();
         match self.activation {
-            FfnActivation::Silu => vec![k.gate_up, k.silu_down],
-            FfnActivation::Gelu => vec![k.gate_up, kernels::GELU_MUL, k.down],
+            FfnActivation::Silu => self.with_lora(&[k.gate_up], &[k.silu_down]),
+            FfnActivation::Gelu => self.with_lora(&[k.gate_up, kernels::GELU_MUL], &[k.down]),
         }
     }
 
@@ -322,25 +331,30 @@ impl DenseFfnLayer {
     }
 
     /// Kernels [`DenseFfnLayer::forward_k2`] / `forward_k3` launch (`k` = 2 or 3), in order:
-    /// 3 (dual batch GEMV, activation·up, batch down), or the prefill arm's for a BF16 layer.
+    /// 3 (dual batch GEMV, activation·up, batch down; with LoRA 5: a `lora_shrink` before
+    /// each GEMV), or the prefill arm's for a BF16 layer.
     pub fn verify_kernels(&self, k: usize) -> Vec<&'static str> {
         if self.small_batch_via_prefill() {
             return self.prefill_kernels(k);
         }
         let set = self.kernel_set();
         let i = usize::from(k != 2);
-        vec![set.batch_gate_up[i], self.act_kernel(), set.batch_down[i]]
+        self.with_lora(
+            &[set.batch_gate_up[i], self.act_kernel()],
+            &[set.batch_down[i]],
+        )
     }
 
     /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches; the
-    /// batch8 kernel for m = 5..=8), or the prefill arm's for a BF16 layer.
+    /// batch8 kernel for m = 5..=8; with LoRA 6: a `lora_shrink` before gate and before down),
+    /// or the prefill arm's for a BF16 layer.
     pub fn km_kernels(&self, m: usize) -> Vec<&'static str> {
         if self.small_batch_via_prefill() {
             return self.prefill_kernels(m);
         }
         let set = self.kernel_set();
         let g = if m > 4 { set.batch8 } else { set.batchm };
-        vec![g, g, self.act_kernel(), g]
+        self.with_lora(&[g, g, self.act_kernel()], &[g])
     }
 
     fn act_kernel(&self) -> &'static str {
@@ -383,19 +397,15 @@ impl DenseFfnLayer {
         if self.small_batch_via_prefill() {
             return self.forward_prefill(input, k, ctx, stream);
         }
-        let names = self.verify_kernels(k);
-        self.require(&names)?;
+        self.require(&self.verify_kernels(k))?;
         let r = self.route()?;
-        self.launch_gemv(
-            names[0],
-            &mut self.gate_up_params(&r, input, k, ctx),
-            stream,
-        )?;
+        let i = usize::from(k != 2);
+        self.lora_shrink_gate_up(input, k, ctx, stream)?;
+        let mut gu = self.gate_up_params(&r, input, k, ctx);
+        self.lora_gemv(&mut gu, LoraSlot::Gate, k, ctx);
+        self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream)?;
         self.launch_act(k, ctx, stream)?;
-        let mut down = self.gemv_params(&r.down, ctx.a.ptr(), ctx.out.ptr(), k, ctx);
-        down.source = source::F32;
-        down.out_bf16 = 1;
-        self.launch_gemv(names[2], &mut down, stream)?;
+        self.launch_down_f32(&r, r.set.batch_down[i], k, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
 
@@ -432,25 +442,40 @@ impl DenseFfnLayer {
         if self.small_batch_via_prefill() {
             return self.forward_prefill(input, m, ctx, stream);
         }
-        let names = self.km_kernels(m);
-        self.require(&names)?;
+        self.require(&self.km_kernels(m))?;
         let r = self.route()?;
-        self.launch_gemv(
-            names[0],
-            &mut self.gemv_params(&r.gate, input, ctx.g.ptr(), m, ctx),
-            stream,
-        )?;
-        self.launch_gemv(
-            names[1],
-            &mut self.gemv_params(&r.up, input, ctx.u.ptr(), m, ctx),
-            stream,
-        )?;
+        let g = if m > 4 { r.set.batch8 } else { r.set.batchm };
+        self.lora_shrink_gate_up(input, m, ctx, stream)?;
+        for (w, out, slot) in [
+            (&r.gate, ctx.g.ptr(), LoraSlot::Gate),
+            (&r.up, ctx.u.ptr(), LoraSlot::Up),
+        ] {
+            let mut p = self.gemv_params(w, input, out, m, ctx);
+            self.lora_gemv(&mut p, slot, m, ctx);
+            self.launch_gemv(g, &mut p, stream)?;
+        }
         self.launch_act(m, ctx, stream)?;
-        let mut down = self.gemv_params(&r.down, ctx.a.ptr(), ctx.out.ptr(), m, ctx);
+        self.launch_down_f32(&r, g, m, ctx, stream)?;
+        Ok(ctx.out.ptr())
+    }
+
+    /// The down GEMV over the activated f32 `a` (`m` tokens, bf16 out), after LoRA's shrink of
+    /// down when installed.
+    fn launch_down_f32(
+        &self,
+        r: &Route,
+        kernel: &'static str,
+        m: usize,
+        ctx: &ForwardContext,
+        stream: u64,
+    ) -> Result<()> {
+        let a = ctx.a.ptr();
+        self.lora_shrink_down((source::F32, a, DevicePtr::NULL), m, ctx, stream)?;
+        let mut down = self.gemv_params(&r.down, a, ctx.out.ptr(), m, ctx);
         down.source = source::F32;
         down.out_bf16 = 1;
-        self.launch_gemv(names[3], &mut down, stream)?;
-        Ok(ctx.out.ptr())
+        self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
+        self.launch_gemv(kernel, &mut down, stream)
     }
 
     /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
@@ -535,11 +560,10 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<()> {
         let r = self.route()?;
-        self.launch_gemv(
-            r.set.gate_up,
-            &mut self.gate_up_params(&r, input, m, ctx),
-            stream,
-        )?;
+        self.lora_shrink_gate_up(input, m, ctx, stream)?;
+        let mut gu = self.gate_up_params(&r, input, m, ctx);
+        self.lora_gemv(&mut gu, LoraSlot::Gate, m, ctx);
+        self.launch_gemv(r.set.gate_up, &mut gu, stream)?;
         let mut down = self.gemv_params(&r.down, ctx.g.ptr(), out, m, ctx);
         down.out_bf16 = 1;
         let kernel = match self.activation {
@@ -555,6 +579,9 @@ impl DenseFfnLayer {
                 r.set.down
             }
         };
+        let src = (down.source, DevicePtr(down.act0), DevicePtr(down.act1));
+        self.lora_shrink_down(src, m, ctx, stream)?;
+        self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
         self.launch_gemv(kernel, &mut down, stream)
     }
 

@@ -5,6 +5,8 @@
 //! Priority, on every path: Q2_0, then Q4_K, then FP8, then BF16, then the NVFP4 weights (see the README's
 //! dispatch table). Installing an overlay is transactional: all three matrices are checked and
 //! uploaded first; on any error (bad shape, bad value, out of memory) the layer is unchanged.
+//! Every overlay is refused while LoRA deltas are installed, and LoRA while an overlay is
+//! (`lora.rs`): the overlay paths do not apply the deltas.
 use super::DenseFfnLayer;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -227,6 +229,7 @@ impl DenseFfnLayer {
     /// as 4-bit tiles with per-row-sub-block f16 factors (`formats::tiles`, 5 bits a value).
     /// Decode, verify and km run `q4k_gemv*`, prefill `q4k_gemm*` (dequantize-to-bf16 tensor-core
     /// GEMM). Activations stay bf16 (staged as power-of-two-scaled f16), no int8 quantization.
+    /// Refused while LoRA deltas are installed (LoRA is for NVFP4 weights only).
     pub fn set_q4k_weights(
         &mut self,
         gate: &Q4kWeight,
@@ -274,6 +277,13 @@ impl DenseFfnLayer {
         kind: OverlayKind,
         parts: [(&str, (usize, usize), &dyn Fn(&str) -> Result<TiledHost>); 3],
     ) -> Result<()> {
+        if let Some(rank) = self.lora_rank() {
+            return Err(Error::Unsupported(format!(
+                "set_{}_weights: LoRA deltas (rank {rank}) are installed and the {} path does not apply them (LoRA is for NVFP4 weights only): clear_lora first",
+                kind.name(),
+                kind.name()
+            )));
+        }
         let (h, i) = (self.hidden(), self.intermediate());
         let want = [(i, h), (i, h), (h, i)];
         for ((name, shape, _), want) in parts.iter().zip(want) {

@@ -9,18 +9,19 @@
 //! | 2b | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
 //! | 3a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
 //! | 3b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
-//! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` |
+//! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` (with LoRA: `lora_shrink` before each) |
 //! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
 //!
 //! Every GEMM arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different
 //! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
 //! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
 //! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
+use super::lora::LoraSlot;
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::params::{
-    gemm_smem_bytes, gemm_tokens_per_block, GemmParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
+    gemm_smem_bytes, gemm_tokens_per_block, source, GemmParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
 };
 
 /// The log target of the prefill timers.
@@ -86,10 +87,11 @@ impl DenseFfnLayer {
 
     /// The kernels `forward_prefill` launches for `num_tokens` tokens, in order (empty when no
     /// arm fits).
+    /// With LoRA (NVFP4 arm only): a `lora_shrink` before each GEMM, 4 launches.
     pub fn prefill_kernels(&self, num_tokens: usize) -> Vec<&'static str> {
         match self.prefill_arm_for(num_tokens) {
             Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
-            Ok(arm) => arm.kernels().to_vec(),
+            Ok(arm) => self.with_lora(&arm.kernels()[..1], &arm.kernels()[1..]),
             Err(_) => Vec::new(),
         }
     }
@@ -123,6 +125,7 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<DevicePtr> {
         self.check_call("forward_prefill", input, num_tokens, ctx)?;
+        self.check_lora_ctx(ctx, num_tokens)?;
         let arm = self.prefill_arm_for(num_tokens)?;
         self.require(&self.prefill_kernels(num_tokens))?;
         let timed = tracing::enabled!(target: PREFILL_LOG_TARGET, tracing::Level::INFO);
@@ -184,19 +187,21 @@ impl DenseFfnLayer {
             FfnActivation::Gelu => 2,
         };
         let kernels = arm.kernels();
-        let gu = GemmParams {
+        let mut gu = GemmParams {
             w1: up.codes,
             s1: up.scales,
             gscale1: up.global,
             act,
             ..gemm_params(&gate, input, ctx.prefill_act.ptr(), n)
         };
+        self.lora_shrink_gate_up(input, n, ctx, stream)?;
+        self.lora_gemm(&mut gu, LoraSlot::Gate, n, ctx);
         self.launch_gemm(kernels[0], &gu, stream)?;
-        self.launch_gemm(
-            kernels[1],
-            &gemm_params(&down, ctx.prefill_act.ptr(), ctx.out.ptr(), n),
-            stream,
-        )
+        let a = ctx.prefill_act.ptr();
+        self.lora_shrink_down((source::BF16, a, DevicePtr::NULL), n, ctx, stream)?;
+        let mut dp = gemm_params(&down, a, ctx.out.ptr(), n);
+        self.lora_gemm(&mut dp, LoraSlot::Down, n, ctx);
+        self.launch_gemm(kernels[1], &dp, stream)
     }
 
     fn launch_gemm(&self, kernel: &'static str, p: &GemmParams, stream: u64) -> Result<()> {

@@ -70,6 +70,61 @@ impl HostLayer {
     }
 }
 
+impl HostLayer {
+    /// The f64 reference for `x` (`[m][hidden]`) with `lora`'s deltas merged into the
+    /// dequantized weights (`W + (alpha/rank)·B·A`).
+    pub fn lora_reference(
+        &self,
+        lora: &denseffn::layer::LoraFfnWeights,
+        x: &[f32],
+        act: FfnActivation,
+    ) -> Vec<f64> {
+        let [g, u, d] = lora
+            .merge([
+                &self.gate.dequantize(),
+                &self.up.dequantize(),
+                &self.down.dequantize(),
+            ])
+            .unwrap();
+        denseffn::reference::ffn_f64(&g, &u, &d, self.hidden, self.inter, x, act)
+    }
+}
+
+/// Seeded random LoRA adapters of `rank` for a `hidden × inter` layer (`bench::synth::lora`).
+pub fn lora_weights(
+    hidden: usize,
+    inter: usize,
+    rank: usize,
+    seed: u64,
+) -> denseffn::layer::LoraFfnWeights {
+    denseffn::bench::synth::lora(hidden, inter, rank, &mut SmallRng::seed_from_u64(seed))
+}
+
+/// Runs one path by name (`forward`, `batched`, `k2`, `k3`, `km`, `prefill`) on the first `m`
+/// tokens of `x` and returns its bf16 output as f64.
+pub fn path_output(
+    layer: &DenseFfnLayer,
+    gpu: &Arc<dyn GpuBackend>,
+    path: &str,
+    m: usize,
+    x: &[f32],
+    ctx: &mut denseffn::layer::ForwardContext,
+) -> Result<Vec<f64>, denseffn::Error> {
+    let xs = upload_bf16(gpu, &x[..m * layer.hidden()]);
+    let y = match path {
+        "forward" => layer.forward(xs, ctx, 0),
+        "batched" => layer.forward_batched(xs, m, ctx, 0),
+        "k2" => layer.forward_k2(xs, ctx, 0),
+        "k3" => layer.forward_k3(xs, ctx, 0),
+        "km" => layer.forward_km(xs, m, ctx, 0),
+        "prefill" => layer.forward_prefill(xs, m, ctx, 0),
+        other => panic!("no path {other}"),
+    };
+    let out = y.map(|y| download_bf16(gpu, y, m * layer.hidden()));
+    gpu.free(xs).unwrap();
+    out
+}
+
 /// bf16 bytes of `x`.
 pub fn bf16_bytes(x: &[f32]) -> Vec<u8> {
     x.iter()
@@ -223,12 +278,16 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
         Some(OverlayKind::Bf16),
     ];
     for act in [FfnActivation::Silu, FfnActivation::Gelu] {
-        for set in sets {
+        // Every overlay, then NVFP4 with LoRA deltas (None twice: without and with LoRA).
+        for (n, set) in sets.into_iter().chain([None]).enumerate() {
             let mut layer = host.layer(gpu, act);
             if let Some(kind) = set {
                 OverlayHost::random(kind, h, i, 103)
                     .install(&mut layer)
                     .unwrap();
+            }
+            if n == sets.len() {
+                layer.set_lora_weights(lora_weights(h, i, 16, 104)).unwrap();
             }
             let mut ctx = ForwardContext::new(&layer, 64).unwrap();
             seen.extend(layer.decode_kernels());

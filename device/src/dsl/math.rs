@@ -57,6 +57,17 @@ pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
     r
 }
 
+/// Two f32 to packed bf16x2 (`lo` in the low half), round to nearest even.
+#[inline(always)]
+pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic. cvt puts its first source in the upper half.
+    unsafe {
+        asm!("cvt.rn.bf16x2.f32 {r}, {h}, {l};", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(nostack, pure, nomem))
+    };
+    r
+}
+
 /// Two E4M3 bytes (in the low 16 bits) to packed f16x2, exactly.
 #[inline(always)]
 pub fn e4m3x2_to_f16x2(b: u32) -> u32 {

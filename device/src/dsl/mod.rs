@@ -38,6 +38,13 @@ pub fn block_y() -> u32 {
     unsafe { nvptx::_block_idx_y() as u32 }
 }
 
+/// `blockIdx.z`.
+#[inline(always)]
+pub fn block_z() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_z() as u32 }
+}
+
 /// `gridDim.x`.
 #[inline(always)]
 pub fn grid_x() -> u32 {

@@ -26,3 +26,29 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
     asm!("atom.global.add.u32 {o}, [{p}], {v};", o = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack));
     old
 }
+
+/// Split-K completion, block-wide (every thread calls it, after writing its partials): counts
+/// this block in `*counter` and returns, in every thread, whether it is the last of `total`
+/// blocks to arrive. That block has reset the counter to zero (for the next launch) and, after
+/// the fences here, sees every other block's partials. `flag` is a 4-byte shared-memory slot.
+///
+/// # Safety
+/// `counter` must be a valid global u32 that only the `total` blocks of this group count in.
+#[inline(always)]
+pub unsafe fn last_block_to_finish(counter: *mut u32, total: u32, flag: super::Smem) -> bool {
+    fence_device();
+    sync_threads();
+    if super::thread_x() == 0 {
+        let last = atomic_add_u32(counter, 1) == total - 1;
+        if last {
+            *counter = 0;
+        }
+        flag.st_u32(last as u32);
+    }
+    sync_threads();
+    let last = flag.ld_u32() != 0;
+    if last {
+        fence_device();
+    }
+    last
+}

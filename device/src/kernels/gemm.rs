@@ -156,6 +156,16 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
         a0 = n0;
         a1 = n1;
     }
+    // LoRA: scale the accumulators now and add the `B·ax` deltas (before the activation).
+    let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
+    if p.lora_rank != 0 {
+        let at = (rt0, row_tiles, tok0);
+        super::lora::gemm_delta::<RT, NF>(p, 0, at, &mut acc0, s0);
+        if DUAL {
+            super::lora::gemm_delta::<RT, NF>(p, 1, at, &mut acc1, s1);
+        }
+        (s0, s1) = (1.0, 1.0);
+    }
     unroll4!(R, 0 => {
         if R < RT && active(R) {
             unroll8!(F => {
@@ -163,9 +173,9 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
                     for i in 0..4 {
                         let tok = tok0 + 8 * F as u32 + 2 * tq + (i as u32 & 1);
                         let row = (rt0 + R as u32) * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-                        let y0 = acc0[R][F][i] * (T::FACTOR * p.gscale0);
+                        let y0 = acc0[R][F][i] * s0;
                         let y = if DUAL {
-                            let y1 = acc1[R][F][i] * (T::FACTOR * p.gscale1);
+                            let y1 = acc1[R][F][i] * s1;
                             (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
                         } else {
                             y0

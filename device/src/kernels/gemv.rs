@@ -23,19 +23,25 @@ const RED_AT: u32 = 256;
 /// One activation pair (columns k, k+1) of token `t`, in f32.
 #[inline(always)]
 unsafe fn load_pair(p: &GemvParams, t: u32, k: u32) -> (f32, f32) {
-    let idx = (t * p.k + k) as usize;
-    match p.source {
+    act_pair(p.source, p.act0, p.act1, (t * p.k + k) as usize)
+}
+
+/// The activation pair at element `idx` (even) of a `source::*` input: bf16 `act0`, f32
+/// `act0`, or silu(`act0`)·`act1` from two f32 buffers.
+#[inline(always)]
+pub(crate) unsafe fn act_pair(src: u32, act0: u64, act1: u64, idx: usize) -> (f32, f32) {
+    match src {
         source::BF16 => {
-            let w = *((p.act0 as *const u16).add(idx) as *const u32);
+            let w = *((act0 as *const u16).add(idx) as *const u32);
             (bf16_to_f32(w as u16), bf16_to_f32((w >> 16) as u16))
         }
         source::SILU_F32 => {
-            let g = *((p.act0 as *const f32).add(idx) as *const [f32; 2]);
-            let u = *((p.act1 as *const f32).add(idx) as *const [f32; 2]);
+            let g = *((act0 as *const f32).add(idx) as *const [f32; 2]);
+            let u = *((act1 as *const f32).add(idx) as *const [f32; 2]);
             (silu(g[0]) * u[0], silu(g[1]) * u[1])
         }
         _ => {
-            let a = *((p.act0 as *const f32).add(idx) as *const [f32; 2]);
+            let a = *((act0 as *const f32).add(idx) as *const [f32; 2]);
             (a[0], a[1])
         }
     }
@@ -212,7 +218,8 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
 }
 
 /// Scales this warp's accumulators back and writes them: straight to the output when there is
-/// one split, else to the split's partial slot.
+/// one split, else to the split's partial slot. With LoRA (`lora_rank != 0`) the last split adds
+/// the tile's `B·ax` delta ([`super::lora::gemv_delta`]) first, so it is summed exactly once.
 #[inline(always)]
 unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4], factor: f32) {
     if rt >= p.n / TILE_ROWS as u32 {
@@ -221,13 +228,17 @@ unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4], factor: f
     let (g, tq) = (lane() / 4, lane() % 4);
     let gscale = if proj == 0 { p.gscale0 } else { p.gscale1 };
     let smem = Smem::base();
+    let lora = super::lora::gemv_delta(p, proj, rt);
     for (i, &v) in acc.iter().enumerate() {
         let t = 2 * tq + (i as u32 & 1);
         if t >= p.m {
             continue;
         }
         let row = rt * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-        let y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (factor * gscale);
+        let mut y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (factor * gscale);
+        if p.lora_rank != 0 {
+            y += lora[i];
+        }
         if p.splits == 1 {
             store_out(p, proj, t, row, y);
         } else {
@@ -254,23 +265,10 @@ unsafe fn store_out(p: &GemvParams, proj: u32, t: u32, row: u32, y: f32) {
 /// The last block of a row group to finish sums every split's partials, in split order.
 #[inline(always)]
 unsafe fn reduce_splits(p: &GemvParams, projs: u32) {
-    let smem = Smem::base();
-    fence_device();
-    sync_threads();
-    if thread_x() == 0 {
-        let counter = (p.counters as *mut u32).add(block_x() as usize);
-        let old = atomic_add_u32(counter, 1);
-        let last = old == p.splits - 1;
-        if last {
-            *counter = 0;
-        }
-        smem.add(FLAG_AT).st_u32(last as u32);
-    }
-    sync_threads();
-    if smem.add(FLAG_AT).ld_u32() == 0 {
+    let counter = (p.counters as *mut u32).add(block_x() as usize);
+    if !last_block_to_finish(counter, p.splits, Smem::base().add(FLAG_AT)) {
         return;
     }
-    fence_device();
     let per_proj = p.m * GEMV_ROWS_PER_BLOCK;
     let mut i = thread_x();
     while i < projs * per_proj {

@@ -37,4 +37,5 @@ macro_rules! unroll4 {
 pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
+pub mod lora;
 pub mod tiles;
