@@ -1,0 +1,192 @@
+//! The LoRA overlay on the GPU: CudaBackend against CpuBackend (the reference, itself checked
+//! against the f64 merged-weight reference in tests/cpu_lora.rs) on every LoRA path, launch
+//! counts, determinism, and zero deltas giving the plain result. Skips (with the reason) without
+//! a GPU; `DENSEFFN_GPU_TEST_SMALL=1` shrinks the shapes (for compute-sanitizer runs).
+mod common;
+use common::*;
+use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
+use denseffn::layer::{DenseFfnLayer, FfnActivation, ForwardContext};
+use denseffn::reference::rel_l2;
+use std::sync::Arc;
+
+fn cuda() -> Option<Arc<dyn GpuBackend>> {
+    match CudaBackend::new() {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            eprintln!("skipping GPU test: {e}");
+            None
+        }
+    }
+}
+
+fn small() -> bool {
+    std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
+}
+
+/// (hidden, intermediate, rank): model shapes at ranks 16 and 64, a shape that is not a
+/// multiple of the shrink's 512-column step with a rank that pads (8 → 16), and the largest
+/// rank.
+fn cases() -> Vec<(usize, usize, usize)> {
+    if small() {
+        vec![(256, 512, 16), (192, 320, 8), (256, 512, 256)]
+    } else {
+        vec![
+            (4096, 14336, 16),
+            (4096, 14336, 64),
+            (4160, 14400, 8),
+            (2048, 5632, 256),
+        ]
+    }
+}
+
+/// A path by name on `m` tokens at `x`, its bf16 output (the whole output buffer of `rows`
+/// tokens, poisoned with NaN first so unwritten values show).
+fn run(
+    layer: &DenseFfnLayer,
+    ctx: &mut ForwardContext,
+    path: &str,
+    m: usize,
+    x: DevicePtr,
+    rows: usize,
+) -> Vec<f64> {
+    let gpu = layer.gpu();
+    gpu.memset(ctx.output(), 0xFF, rows * layer.hidden() * 2)
+        .unwrap();
+    let y = match path {
+        "forward" => layer.forward(x, ctx, 0),
+        "k2" => layer.forward_k2(x, ctx, 0),
+        "k3" => layer.forward_k3(x, ctx, 0),
+        "km" => layer.forward_km(x, m, ctx, 0),
+        "prefill" => layer.forward_prefill(x, m, ctx, 0),
+        other => panic!("no path {other}"),
+    }
+    .unwrap();
+    download_bf16(gpu, y, rows * layer.hidden())
+}
+
+/// Every LoRA path on the GPU against the CPU reference backend running the same layer:
+/// forward (SiLU and GELU), k2, k3, km m = 1..8 (launch counts asserted), prefill N ∈ {1, 64,
+/// 512} (sampled tokens; nothing written past N). The first token is also checked against the
+/// f64 reference of the merged weights on the smallest model shape.
+#[test]
+fn lora_matches_cpu_reference_on_every_path() {
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let ns: &[usize] = if small() { &[1, 64, 130] } else { &[1, 64, 512] };
+    let nmax = *ns.iter().max().unwrap();
+    for (h, i, rank) in cases() {
+        let host = HostLayer::random(h, i, (h + 3 * i + rank) as u64);
+        let lora = lora_weights(h, i, rank, rank as u64);
+        let x = activations(nmax * h, 7);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let tag = format!("({h}, {i}) rank {rank} {act:?}");
+            let (mut cl, mut gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            cl.set_lora_weights(lora.clone()).unwrap();
+            gl.set_lora_weights(lora.clone()).unwrap();
+            let mut cc = ForwardContext::new(&cl, 8).unwrap();
+            let mut gc = ForwardContext::new(&gl, nmax).unwrap();
+            let (cx, gx) = (upload_bf16(&cpu, &x[..8 * h]), upload_bf16(&gpu, &x));
+            let mut worst = 0.0f64;
+            let mut check = |what: String, got: &[f64], want: &[f64]| {
+                assert!(got.iter().all(|v| v.is_finite()), "{what}: unwritten outputs");
+                let e = rel_l2(got, want);
+                worst = worst.max(e);
+                assert!(e <= 1e-2, "{what}: rel L2 {e}");
+            };
+            let mut paths = vec![("forward", 1), ("k2", 2), ("k3", 3)];
+            paths.extend((1..=8).map(|m| ("km", m)));
+            for (path, m) in paths {
+                let before = gpu.launch_count();
+                let got = run(&gl, &mut gc, path, m, gx, 8);
+                let launched = gpu.launch_count() - before;
+                let names = match path {
+                    "forward" => gl.decode_kernels(),
+                    "km" => gl.km_kernels(m),
+                    _ => gl.verify_kernels(m),
+                };
+                assert_eq!(launched, names.len() as u64, "{tag} {path}");
+                let want = run(&cl, &mut cc, path, m, cx, m);
+                check(format!("{tag} {path} m={m}"), &got[..m * h], &want);
+                assert!(got[m * h..].iter().all(|v| v.is_nan()), "{tag} {path}: wrote past m");
+            }
+            if (h, i) == (2048, 5632) || small() {
+                let got = run(&gl, &mut gc, "forward", 1, gx, 1);
+                let e = rel_l2(&got, &host.lora_reference(&lora, &x[..h], act));
+                assert!(e <= 1e-2, "{tag} forward vs f64 merged reference: {e}");
+            }
+            for &n in ns {
+                let before = gpu.launch_count();
+                let got = run(&gl, &mut gc, "prefill", n, gx, nmax);
+                assert_eq!(gpu.launch_count() - before, 4, "{tag} prefill N={n}");
+                assert!(
+                    got[n * h..].iter().all(|v| v.is_nan()),
+                    "{tag} N={n}: wrote past the last token"
+                );
+                let mut sample = vec![0, 1, n / 2, n.saturating_sub(2), n - 1];
+                sample.retain(|&t| t < n);
+                sample.dedup();
+                let rows = |v: &[f32]| -> Vec<f32> {
+                    sample
+                        .iter()
+                        .flat_map(|&t| v[t * h..(t + 1) * h].iter().copied())
+                        .collect()
+                };
+                let xs = upload_bf16(&cpu, &rows(&x));
+                let want = download_bf16(
+                    &cpu,
+                    cl.forward_prefill(xs, sample.len(), &mut cc, 0).unwrap(),
+                    sample.len() * h,
+                );
+                cpu.free(xs).unwrap();
+                let got_s: Vec<f64> = sample
+                    .iter()
+                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+                    .collect();
+                check(format!("{tag} prefill N={n}"), &got_s, &want);
+            }
+            eprintln!("{tag}: forward, k2, k3, km 1..8, prefill {ns:?}: worst rel L2 vs CPU reference {worst:.2e}");
+        }
+    }
+}
+
+/// Repeated calls give the same bits (the shrink's split-K sum and the fused expansion are
+/// deterministic), and a LoRA with alpha = 0 gives exactly the plain layer's outputs, as does
+/// the layer after `clear_lora`.
+#[test]
+fn lora_is_deterministic_and_zero_deltas_equal_the_plain_layer() {
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
+    let host = HostLayer::random(h, i, 61);
+    let x = upload_bf16(&gpu, &activations(64 * h, 62));
+    let paths = [
+        ("forward", 1),
+        ("k2", 2),
+        ("km", 4),
+        ("km", 8),
+        ("prefill", 8),
+        ("prefill", 64),
+    ];
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let all = |layer: &DenseFfnLayer| -> Vec<Vec<f64>> {
+            let mut ctx = ForwardContext::new(layer, 64).unwrap();
+            paths
+                .iter()
+                .map(|&(p, m)| run(layer, &mut ctx, p, m, x, m))
+                .collect()
+        };
+        let mut layer = host.layer(&gpu, act);
+        let plain = all(&layer);
+        let mut zero = lora_weights(h, i, 32, 63);
+        zero.alpha = 0.0;
+        layer.set_lora_weights(zero).unwrap();
+        assert_eq!(all(&layer), plain, "{act:?}: alpha = 0 changed the outputs");
+        layer.set_lora_weights(lora_weights(h, i, 32, 64)).unwrap();
+        let first = all(&layer);
+        for (p, (a, b)) in first.iter().zip(&plain).enumerate() {
+            assert!(rel_l2(a, b) > 0.05, "{act:?} path {p}: LoRA had no effect");
+        }
+        assert_eq!(all(&layer), first, "{act:?}: a second run differs");
+        layer.clear_lora();
+        assert_eq!(all(&layer), plain, "{act:?}: clear_lora did not restore");
+    }
+}
