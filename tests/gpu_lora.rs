@@ -72,7 +72,11 @@ fn run(
 fn lora_matches_cpu_reference_on_every_path() {
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    let ns: &[usize] = if small() { &[1, 64, 130] } else { &[1, 64, 512] };
+    let ns: &[usize] = if small() {
+        &[1, 64, 130]
+    } else {
+        &[1, 64, 512]
+    };
     let nmax = *ns.iter().max().unwrap();
     for (h, i, rank) in cases() {
         let host = HostLayer::random(h, i, (h + 3 * i + rank) as u64);
@@ -88,7 +92,10 @@ fn lora_matches_cpu_reference_on_every_path() {
             let (cx, gx) = (upload_bf16(&cpu, &x[..8 * h]), upload_bf16(&gpu, &x));
             let mut worst = 0.0f64;
             let mut check = |what: String, got: &[f64], want: &[f64]| {
-                assert!(got.iter().all(|v| v.is_finite()), "{what}: unwritten outputs");
+                assert!(
+                    got.iter().all(|v| v.is_finite()),
+                    "{what}: unwritten outputs"
+                );
                 let e = rel_l2(got, want);
                 worst = worst.max(e);
                 assert!(e <= 1e-2, "{what}: rel L2 {e}");
@@ -107,7 +114,10 @@ fn lora_matches_cpu_reference_on_every_path() {
                 assert_eq!(launched, names.len() as u64, "{tag} {path}");
                 let want = run(&cl, &mut cc, path, m, cx, m);
                 check(format!("{tag} {path} m={m}"), &got[..m * h], &want);
-                assert!(got[m * h..].iter().all(|v| v.is_nan()), "{tag} {path}: wrote past m");
+                assert!(
+                    got[m * h..].iter().all(|v| v.is_nan()),
+                    "{tag} {path}: wrote past m"
+                );
             }
             if (h, i) == (2048, 5632) || small() {
                 let got = run(&gl, &mut gc, "forward", 1, gx, 1);

@@ -1,5 +1,7 @@
 //! The weight formats `denseffn bench` measures, as one list: adding a format is one line in
 //! [`FORMATS`] (plus, for a new overlay, a `synth` function making random weights of it).
+//! `nvfp4_lora16` / `nvfp4_lora64` are the NVFP4 layer with LoRA deltas of that rank: beside the
+//! `nvfp4` rows they give LoRA's overhead per path.
 use super::synth;
 use crate::layer::{DenseFfnLayer, OverlayKind};
 use crate::Result;
@@ -25,6 +27,8 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "bf16", ggml: "bf16", install: |l, r| overlay(l, r, synth::dense, DenseFfnLayer::set_bf16_weights), remove: |l| l.clear_overlay(OverlayKind::Bf16) },
     BenchFormat { name: "q2_0", ggml: "q2_0", install: |l, r| overlay(l, r, synth::q2, DenseFfnLayer::set_q2_weights), remove: |l| l.clear_overlay(OverlayKind::Q2) },
     BenchFormat { name: "q4k", ggml: "q4_K", install: |l, r| overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights), remove: |l| l.clear_overlay(OverlayKind::Q4k) },
+    BenchFormat { name: "nvfp4_lora16", ggml: "nvfp4", install: |l, r| lora(l, r, 16), remove: DenseFfnLayer::clear_lora },
+    BenchFormat { name: "nvfp4_lora64", ggml: "nvfp4", install: |l, r| lora(l, r, 64), remove: DenseFfnLayer::clear_lora },
 ];
 
 /// The format named `name`.
@@ -33,13 +37,19 @@ pub fn find(name: &str) -> Option<&'static BenchFormat> {
 }
 
 /// Bytes the decode paths read once per call: the active overlay's weights, else the NVFP4
-/// decode copies.
+/// decode copies and the LoRA matrices, if any.
 pub fn weight_bytes(layer: &DenseFfnLayer) -> usize {
     let f = layer.footprint();
     match layer.active_overlay() {
         Some(_) => f.overlays,
-        None => f.decode_weights,
+        None => f.decode_weights + f.lora,
     }
+}
+
+/// Installs random LoRA deltas of `rank` (alpha = 2·rank) on the NVFP4 layer `l`.
+fn lora(l: &mut DenseFfnLayer, rng: &mut SmallRng, rank: usize) -> Result<()> {
+    let w = synth::lora(l.hidden(), l.intermediate(), rank, rng);
+    l.set_lora_weights(w)
 }
 
 /// Makes random gate `[i, h]`, up `[i, h]` and down `[h, i]` with `make` and installs them on

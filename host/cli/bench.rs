@@ -45,7 +45,8 @@ pub struct BenchArgs {
     /// Prefill tokens N, comma-separated. Default: 128,512,2048,4096 on CUDA, 16,64 on the CPU.
     #[arg(long, value_delimiter = ',')]
     n: Vec<usize>,
-    /// Weight formats, comma-separated (default: all of nvfp4, fp8, bf16, q2_0, q4k).
+    /// Weight formats, comma-separated (default: all of nvfp4, fp8, bf16, q2_0, q4k,
+    /// nvfp4_lora16, nvfp4_lora64: the NVFP4 layer with LoRA deltas of rank 16 / 64).
     #[arg(long, value_delimiter = ',')]
     formats: Vec<String>,
     /// Fewer repetitions: a smoke run, not figures to quote.
@@ -200,7 +201,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let cublas_at = |t: usize| cublas.iter().find(|c| c.0 == t).map(|c| c.1);
         let mut layer = synth::nvfp4_layer(&gpu, shape.h, shape.i, shape.act, &mut rng)?;
         let max_tokens = ns.iter().copied().max().unwrap_or(1).max(MAX_GEMV_TOKENS);
-        let mut ctx = ForwardContext::new(&layer, max_tokens)?;
         let x = synth::activations(&gpu, max_tokens * shape.h, &mut rng)?;
         for f in &fmts {
             eprintln!("  {}", f.name);
@@ -215,6 +215,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     .push(Err((format!("{} {}", shape.name, f.name), why)));
                 continue;
             }
+            // Made after the install: a LoRA layer's prefill scratch is sized by its rank.
+            let mut ctx = ForwardContext::new(&layer, max_tokens)?;
             let bytes = formats::weight_bytes(&layer) as f64;
             let ggml_gbs = |m| ggml_at(&report.ggml, f.ggml, Unit::GBps, m);
             let mut paths = vec![(String::from("forward"), 1, Path::Forward)];
