@@ -212,52 +212,10 @@ impl GpuBackend for CudaBackend {
         matches!(self.function(name), Ok(Some(_)))
     }
     fn launch(&self, l: &Launch, stream: u64) -> Result<()> {
-        let func = self
-            .function(l.kernel)?
-            .ok_or_else(|| Error::MissingKernel(l.kernel.into()))?
-            as sys::CUfunction;
-        if l.smem > self.max_smem {
-            return Err(Error::Invalid(format!(
-                "{}: {} bytes of shared memory, device allows {}",
-                l.kernel, l.smem, self.max_smem
-            )));
-        }
-        self.current()?;
-        let mut size = l.params.len();
-        let mut extra = [
-            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
-            l.params.as_ptr() as *mut c_void,
-            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
-            &mut size as *mut usize as *mut c_void,
-            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
-        ];
-        // SAFETY: func is a kernel of the loaded module whose single parameter is the block in
-        // l.params (built from the same struct the kernel declares); the buffer outlives the call.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                func,
-                l.grid.0,
-                l.grid.1,
-                l.grid.2,
-                l.block.0,
-                l.block.1,
-                l.block.2,
-                l.smem,
-                stream as sys::CUstream,
-                std::ptr::null_mut(),
-                extra.as_mut_ptr(),
-            )
-        };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(Error::Driver(format!("launching {}: {r:?}", l.kernel)));
-        }
-        match lock(&self.capturing).get_mut(&stream) {
-            Some(n) => *n += 1,
-            None => {
-                self.launches.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        Ok(())
+        self.launch_with(l, stream, false)
+    }
+    fn launch_dependent(&self, l: &Launch, stream: u64) -> Result<()> {
+        self.launch_with(l, stream, pdl_enabled())
     }
     fn synchronize(&self, stream: u64) -> Result<()> {
         self.current()?;
@@ -377,5 +335,96 @@ impl GpuBackend for CudaBackend {
         // SAFETY: graph.0 was a live executable of this backend, removed from the table above,
         // so it is destroyed once.
         unsafe { cu::graph::exec_destroy(graph.0 as sys::CUgraphExec) }.map_err(drv)
+    }
+}
+
+/// Whether [`GpuBackend::launch_dependent`] uses programmatic dependent launch: yes unless
+/// `DENSEFFN_PDL=0` (read once per process; a switch for measuring what it gains).
+fn pdl_enabled() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("DENSEFFN_PDL").map_or(true, |v| v != "0"))
+}
+
+impl CudaBackend {
+    /// Launches `l` on `stream`; `dependent`: with the programmatic-stream-serialization
+    /// attribute (`cuLaunchKernelEx`), falling back to an ordinary launch where the driver
+    /// refuses it.
+    fn launch_with(&self, l: &Launch, stream: u64, dependent: bool) -> Result<()> {
+        let func = self
+            .function(l.kernel)?
+            .ok_or_else(|| Error::MissingKernel(l.kernel.into()))?
+            as sys::CUfunction;
+        if l.smem > self.max_smem {
+            return Err(Error::Invalid(format!(
+                "{}: {} bytes of shared memory, device allows {}",
+                l.kernel, l.smem, self.max_smem
+            )));
+        }
+        self.current()?;
+        let mut size = l.params.len();
+        let mut extra = [
+            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+            l.params.as_ptr() as *mut c_void,
+            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+            &mut size as *mut usize as *mut c_void,
+            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
+        ];
+        let mut r = sys::CUresult::CUDA_ERROR_NOT_SUPPORTED;
+        if dependent {
+            // SAFETY: a zeroed attribute value is valid (a C union of plain data).
+            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+            value.programmaticStreamSerializationAllowed = 1;
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value,
+            };
+            let config = sys::CUlaunchConfig {
+                gridDimX: l.grid.0,
+                gridDimY: l.grid.1,
+                gridDimZ: l.grid.2,
+                blockDimX: l.block.0,
+                blockDimY: l.block.1,
+                blockDimZ: l.block.2,
+                sharedMemBytes: l.smem,
+                hStream: stream as sys::CUstream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as the ordinary launch below; `config` and `attr` outlive the call.
+            r = unsafe {
+                sys::cuLaunchKernelEx(&config, func, std::ptr::null_mut(), extra.as_mut_ptr())
+            };
+        }
+        if r != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: func is a kernel of the loaded module whose single parameter is the block
+            // in l.params (built from the same struct the kernel declares); the buffer outlives
+            // the call.
+            r = unsafe {
+                sys::cuLaunchKernel(
+                    func,
+                    l.grid.0,
+                    l.grid.1,
+                    l.grid.2,
+                    l.block.0,
+                    l.block.1,
+                    l.block.2,
+                    l.smem,
+                    stream as sys::CUstream,
+                    std::ptr::null_mut(),
+                    extra.as_mut_ptr(),
+                )
+            };
+        }
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Driver(format!("launching {}: {r:?}", l.kernel)));
+        }
+        match lock(&self.capturing).get_mut(&stream) {
+            Some(n) => *n += 1,
+            None => {
+                self.launches.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
     }
 }

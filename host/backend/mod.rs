@@ -91,6 +91,15 @@ pub trait GpuBackend: Send + Sync {
     fn has_kernel(&self, name: &str) -> bool;
     /// Enqueues a launch on `stream`.
     fn launch(&self, launch: &Launch, stream: u64) -> Result<()>;
+    /// Enqueues a launch on `stream` that may start before the kernel launched just before it on
+    /// `stream` has finished (Hopper's programmatic dependent launch), so its start-up and main
+    /// loop overlap that kernel's tail. The kernel must run `griddepcontrol.wait` before it
+    /// reads anything that kernel writes, and must not write anything that kernel reads or
+    /// writes. Counted like [`GpuBackend::launch`]. The default (and the CPU backend) is an
+    /// ordinary launch.
+    fn launch_dependent(&self, launch: &Launch, stream: u64) -> Result<()> {
+        self.launch(launch, stream)
+    }
     /// Waits until all work on `stream` is done.
     fn synchronize(&self, stream: u64) -> Result<()>;
     /// Launches so far (both backends count them; tests assert per-path launch counts).

@@ -403,7 +403,7 @@ impl DenseFfnLayer {
         self.lora_shrink_gate_up(input, k, ctx, stream)?;
         let mut gu = self.gate_up_params(&r, input, k, ctx);
         self.lora_gemv(&mut gu, LoraSlot::Gate, k, ctx);
-        self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream)?;
+        self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream, true)?;
         self.launch_act(k, ctx, stream)?;
         self.launch_down_f32(&r, r.set.batch_down[i], k, ctx, stream)?;
         Ok(ctx.out.ptr())
@@ -452,7 +452,7 @@ impl DenseFfnLayer {
         ] {
             let mut p = self.gemv_params(w, input, out, m, ctx);
             self.lora_gemv(&mut p, slot, m, ctx);
-            self.launch_gemv(g, &mut p, stream)?;
+            self.launch_gemv(g, &mut p, stream, slot == LoraSlot::Gate)?;
         }
         self.launch_act(m, ctx, stream)?;
         self.launch_down_f32(&r, g, m, ctx, stream)?;
@@ -475,7 +475,7 @@ impl DenseFfnLayer {
         down.source = source::F32;
         down.out_bf16 = 1;
         self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
-        self.launch_gemv(kernel, &mut down, stream)
+        self.launch_gemv(kernel, &mut down, stream, true)
     }
 
     /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
@@ -520,14 +520,29 @@ impl DenseFfnLayer {
         }
     }
 
-    fn launch_gemv(&self, kernel: &'static str, p: &mut GemvParams, stream: u64) -> Result<()> {
+    /// Plans and launches one GEMV. `after_shrink`: it directly follows a `lora_shrink` on the
+    /// stream, so with LoRA it is launched as its programmatic dependent
+    /// ([`GpuBackend::launch_dependent`]; the GEMV waits for `ax` only in its epilogue).
+    fn launch_gemv(
+        &self,
+        kernel: &'static str,
+        p: &mut GemvParams,
+        stream: u64,
+        after_shrink: bool,
+    ) -> Result<()> {
         let plan = GemvPlan::new(
             p.n as usize,
             p.k as usize,
             p.m as usize,
             self.gpu.sm_count(),
         );
-        self.gpu.launch(&plan.launch(kernel, p), stream)
+        let dependent = after_shrink && p.lora_rank != 0;
+        let launch = plan.launch(kernel, p);
+        if dependent {
+            self.gpu.launch_dependent(&launch, stream)
+        } else {
+            self.gpu.launch(&launch, stream)
+        }
     }
 
     /// `a = act(g)·u` over `m` tokens.
@@ -563,7 +578,7 @@ impl DenseFfnLayer {
         self.lora_shrink_gate_up(input, m, ctx, stream)?;
         let mut gu = self.gate_up_params(&r, input, m, ctx);
         self.lora_gemv(&mut gu, LoraSlot::Gate, m, ctx);
-        self.launch_gemv(r.set.gate_up, &mut gu, stream)?;
+        self.launch_gemv(r.set.gate_up, &mut gu, stream, true)?;
         let mut down = self.gemv_params(&r.down, ctx.g.ptr(), out, m, ctx);
         down.out_bf16 = 1;
         let kernel = match self.activation {
@@ -582,7 +597,7 @@ impl DenseFfnLayer {
         let src = (down.source, DevicePtr(down.act0), DevicePtr(down.act1));
         self.lora_shrink_down(src, m, ctx, stream)?;
         self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
-        self.launch_gemv(kernel, &mut down, stream)
+        self.launch_gemv(kernel, &mut down, stream, true)
     }
 
     /// Every kernel in `names` is in the loaded module, else an error naming the first missing.

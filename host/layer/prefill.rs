@@ -204,6 +204,8 @@ impl DenseFfnLayer {
         self.launch_gemm(kernels[1], &dp, stream)
     }
 
+    /// Launches one GEMM; with LoRA as the programmatic dependent of the `lora_shrink` right
+    /// before it (the GEMM waits for `ax` in its epilogue).
     fn launch_gemm(&self, kernel: &'static str, p: &GemmParams, stream: u64) -> Result<()> {
         let dual = p.w1 != 0;
         let grid = (
@@ -212,16 +214,18 @@ impl DenseFfnLayer {
             1,
         );
         let smem = gemm_smem_bytes(dual);
-        self.gpu().launch(
-            &Launch {
-                kernel,
-                grid,
-                block: (256, 1, 1),
-                smem,
-                params: p.as_bytes(),
-            },
-            stream,
-        )
+        let launch = Launch {
+            kernel,
+            grid,
+            block: (256, 1, 1),
+            smem,
+            params: p.as_bytes(),
+        };
+        if p.lora_rank != 0 {
+            self.gpu().launch_dependent(&launch, stream)
+        } else {
+            self.gpu().launch(&launch, stream)
+        }
     }
 }
 

@@ -52,3 +52,20 @@ pub unsafe fn last_block_to_finish(counter: *mut u32, total: u32, flag: super::S
     }
     last
 }
+
+/// `griddepcontrol.wait`: waits until the grids this one depends on programmatically (launched
+/// with programmatic stream serialization: the previous kernel on the stream) have completed
+/// and their writes are visible. A no-op for a kernel launched the ordinary way.
+#[inline(always)]
+pub fn grid_dependency_wait() {
+    // SAFETY: no operands; not `nomem`, so no memory access is moved above it.
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) }
+}
+
+/// `griddepcontrol.launch_dependents`: lets a kernel launched programmatically after this one
+/// start once every block of this grid has run it (or exited).
+#[inline(always)]
+pub fn launch_dependents() {
+    // SAFETY: no operands.
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) }
+}

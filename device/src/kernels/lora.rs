@@ -11,6 +11,11 @@
 //!   the prefill GEMM ([`gemm_delta`]): per 16-row tile, one bf16 `mma.m16n8k16` per 16 ranks,
 //!   `B` (bf16 `[n][rank]`, row-major) read straight into A-fragments and `ax` rounded to bf16
 //!   into B-fragments, accumulated in f32.
+//!
+//! The GEMV/GEMM right after a `lora_shrink` is launched as its programmatic dependent
+//! (`GpuBackend::launch_dependent`): the shrink lets it start at once (`launch_dependents`), and
+//! it waits for the shrink (`grid_dependency_wait`) only in its epilogue, before reading `ax`, so
+//! the shrink runs under the GEMV's main loop. Neither writes what the other reads.
 use super::gemv::act_pair;
 use crate::dsl::*;
 use crate::params::{
@@ -61,6 +66,8 @@ unsafe fn stage(p: &LoraShrinkParams, t0: u32, nt: u32, cs: u32, width: u32) {
 
 #[inline(always)]
 unsafe fn shrink(p: &LoraShrinkParams) {
+    // The GEMV/GEMM after this kernel waits for it only in its epilogue: let it start now.
+    launch_dependents();
     let projs = if p.a1 != 0 { 2 } else { 1 };
     let (split, rg, z) = (block_x(), block_y(), block_z());
     let (proj, t0) = (z % projs, (z / projs) * LORA_SHRINK_TOKENS);
@@ -193,8 +200,9 @@ unsafe fn x_frag(x: Option<*const f32>, k0: u32) -> [u32; 2] {
 
 /// The LoRA delta of this warp's 16-row tile `rt` of GEMV projection `proj`, laid out as its
 /// `mma` accumulators (rows g, g+8; tokens 2·tq, 2·tq+1): `Σ_r B[row][r]·ax[t][r]`. Zeros when
-/// LoRA is off or this block is not the last K split (the split that adds it). Ranks go four
-/// `mma` steps at a time so their loads are in flight together.
+/// LoRA is off or this block is not the last K split (the split that adds it). Ranks go two
+/// `mma` steps at a time (their loads in flight together; more would cost the GEMVs registers),
+/// and the first two `B` fragments load while the warp waits for the shrink.
 #[inline(always)]
 pub(crate) unsafe fn gemv_delta(p: &GemvParams, proj: u32, rt: u32) -> [f32; 4] {
     let mut c = [0.0f32; 4];
@@ -202,27 +210,36 @@ pub(crate) unsafe fn gemv_delta(p: &GemvParams, proj: u32, rt: u32) -> [f32; 4] 
         return c;
     }
     let (b, rank) = (if proj == 0 { p.lora_b0 } else { p.lora_b1 }, p.lora_rank);
+    let row0 = rt * 16;
+    // Two steps of `B` from rank `k0` (the second zeros past the rank).
+    let pair = |k0: u32| {
+        let second = if k0 + LORA_RANK_STEP < rank {
+            b_frag(b, rank, row0, k0 + LORA_RANK_STEP)
+        } else {
+            [0; 4]
+        };
+        (b_frag(b, rank, row0, k0), second)
+    };
+    let mut a = pair(0);
+    // Launched as a programmatic dependent of `lora_shrink`: `ax` is ready only after this.
+    grid_dependency_wait();
     let g = lane() / 4;
     let x = (g < p.m).then(|| (p.lora_ax as *const f32).add(((proj * p.m + g) * rank) as usize));
-    let row0 = rt * 16;
     let mut k0 = 0;
-    while k0 + 4 * LORA_RANK_STEP <= rank {
-        let mut a = [[0u32; 4]; 4];
-        let mut xs = [[0u32; 2]; 4];
-        unroll4!(J, 0 => {
-            a[J] = b_frag(b, rank, row0, k0 + 16 * J as u32);
-            xs[J] = x_frag(x, k0 + 16 * J as u32);
-        });
-        unroll4!(J, 0 => {
-            c = mma_bf16_f32(a[J], xs[J], c);
-        });
-        k0 += 4 * LORA_RANK_STEP;
+    loop {
+        let x1 = if k0 + LORA_RANK_STEP < rank {
+            x_frag(x, k0 + LORA_RANK_STEP)
+        } else {
+            [0; 2]
+        };
+        c = mma_bf16_f32(a.0, x_frag(x, k0), c);
+        c = mma_bf16_f32(a.1, x1, c);
+        k0 += 2 * LORA_RANK_STEP;
+        if k0 >= rank {
+            return c;
+        }
+        a = pair(k0);
     }
-    while k0 < rank {
-        c = mma_bf16_f32(b_frag(b, rank, row0, k0), x_frag(x, k0), c);
-        k0 += LORA_RANK_STEP;
-    }
-    c
 }
 
 /// Adds the LoRA delta of projection `proj` to a prefill GEMM warp's accumulators (`RT` row
@@ -236,6 +253,7 @@ pub(crate) unsafe fn gemm_delta<const RT: usize, const NF: usize>(
     acc: &mut [[[f32; 4]; 8]; RT],
     scale: f32,
 ) {
+    grid_dependency_wait();
     unroll4!(R, 0 => {
         unroll8!(F => {
             if R < RT && F < NF {
