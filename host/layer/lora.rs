@@ -8,7 +8,9 @@
 //! (alpha/rank)·A·x`, shared by gate and up, which read the same `x`) and nothing else: the
 //! expansion `B·ax` runs in the epilogue of the GEMV / GEMM that computes `W·x`
 //! (`device/src/kernels/lora.rs`). So every NVFP4 path launches exactly 2 kernels more with
-//! LoRA: `forward` 4 (SiLU) / 5 (GELU), `forward_k2`/`k3` 5, `forward_km` 6, prefill 4.
+//! LoRA: `forward` 4 (SiLU) / 5 (GELU), `forward_k2`/`k3` 5, `forward_km` 6, prefill 4. The
+//! GEMV/GEMM right after a shrink is launched as its programmatic dependent
+//! ([`crate::backend::GpuBackend::launch_dependent`]), so the shrink overlaps its main loop.
 //!
 //! LoRA applies to the NVFP4 weights only: installing it is refused while an overlay (Q2_0,
 //! Q4_K, FP8, BF16) is installed, installing an overlay is refused while LoRA is, and a layer
