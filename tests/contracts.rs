@@ -9,7 +9,8 @@
 //!
 //! Non-finite activations: a NaN or ±Inf in a token's input is not masked; it makes that token's
 //! outputs non-finite (on the CPU reference: every output of that token) and leaves the other
-//! tokens of the same call untouched — for the NVFP4 weights and every overlay.
+//! tokens of the same call untouched — for the NVFP4 weights (with and without LoRA deltas) and
+//! every overlay.
 mod common;
 use common::*;
 use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
@@ -35,6 +36,7 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<dyn GpuBackend>();
     assert_send_sync::<denseffn::layer::TiledWeight>();
     assert_send_sync::<denseffn::layer::Overlay>();
+    assert_send_sync::<denseffn::layer::LoraFfnWeights>();
     assert_send_sync::<denseffn::load::HostFfn>();
     assert_send_sync::<denseffn::backend::Stream>();
     assert_send_sync::<denseffn::backend::Graph>();
@@ -162,13 +164,15 @@ fn nan_and_inf_in_activations_propagate() {
     let host = HostLayer::quantized(H, I, 43);
     let clean = activations(TOKENS * H, 47);
     use denseffn::layer::OverlayKind;
+    // (overlay, LoRA deltas on the NVFP4 weights)
     let overlays = [
-        None,
-        Some(OverlayKind::Q2),
-        Some(OverlayKind::Fp8),
-        Some(OverlayKind::Bf16),
+        (None, false),
+        (Some(OverlayKind::Q2), false),
+        (Some(OverlayKind::Fp8), false),
+        (Some(OverlayKind::Bf16), false),
+        (None, true),
     ];
-    for (act, overlay) in [FfnActivation::Silu, FfnActivation::Gelu]
+    for (act, (overlay, lora)) in [FfnActivation::Silu, FfnActivation::Gelu]
         .into_iter()
         .flat_map(|a| overlays.map(|o| (a, o)))
     {
@@ -178,6 +182,9 @@ fn nan_and_inf_in_activations_propagate() {
             OverlayHost::random(kind, H, I, 44)
                 .install(&mut layer)
                 .unwrap();
+        }
+        if lora {
+            layer.set_lora_weights(lora_weights(H, I, 16, 45)).unwrap();
         }
         let mut ctx = ForwardContext::new(&layer, TOKENS).unwrap();
         let want = all_paths(&layer, &mut ctx, &clean, TOKENS);

@@ -237,3 +237,38 @@ fn lora_paths_replayed_from_a_graph_equal_direct_calls() {
         assert_eq!(replayed, direct, "{name}: graph replay differs");
     }
 }
+
+/// NaN/±Inf in one token's activations reach that token's outputs through the LoRA paths too
+/// (never masked) and leave the other tokens of the call exactly as with clean input.
+#[test]
+fn non_finite_activations_propagate_through_lora() {
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = (256, 512);
+    let host = HostLayer::random(h, i, 81);
+    let mut layer = host.layer(&gpu, FfnActivation::Silu);
+    layer.set_lora_weights(lora_weights(h, i, 16, 82)).unwrap();
+    let mut ctx = ForwardContext::new(&layer, 3).unwrap();
+    let clean = activations(3 * h, 83);
+    let all = |x: &[f32], ctx: &mut ForwardContext| -> Vec<Vec<f64>> {
+        let xs = upload_bf16(&gpu, x);
+        let out = [("forward", 1), ("km", 3), ("prefill", 3)]
+            .iter()
+            .map(|&(p, m)| run(&layer, ctx, p, m, xs, m))
+            .collect();
+        gpu.free(xs).unwrap();
+        out
+    };
+    let want = all(&clean, &mut ctx);
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut x = clean.clone();
+        x[17] = bad;
+        for (p, (y, w)) in all(&x, &mut ctx).iter().zip(&want).enumerate() {
+            let n0 = y[..h].iter().filter(|v| !v.is_finite()).count();
+            assert!(
+                n0 > h / 2,
+                "path {p} {bad}: only {n0} of token 0's outputs non-finite"
+            );
+            assert_eq!(&y[h..], &w[h..], "path {p} {bad}: other tokens changed");
+        }
+    }
+}
