@@ -6,7 +6,8 @@
 //! chunks: per chunk each lane loads its share of the tile per projection (NVFP4: 16 code bytes
 //! and 8 scale bytes), turns it into f16 A-fragments ([`Tiles::fragments`]; NVFP4: two masks,
 //! `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and issues four `mma.m16n8k16` with the
-//! tokens as the 8 B columns; `T::UNROLL` chunks' loads are in flight before the first is used.
+//! tokens as the 8 B columns; `T::UNROLL` chunks stay in flight (a rolling pipeline, the first loads
+//! issued before the activations are staged).
 //! Activations are staged per block into shared memory as f16 scaled by a power of two per
 //! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
@@ -154,26 +155,38 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
     } else {
         core::cmp::min(p.chunks_per_split, k_tiles - chunk0)
     };
-    stage(p, chunk0, nchunks);
-
+    let depth = if DUAL { T::UNROLL_DUAL } else { T::UNROLL };
     let rt = block_x() * WARPS + warp_id();
     let row_tiles = p.n / TILE_ROWS as u32;
+    let live = rt < row_tiles;
+    let tile0 = (rt * k_tiles + chunk0) as usize;
+    // One chunk's weights for both projections.
+    let load = |c: u32| -> (T::Lane, T::Lane) {
+        let t = tile0 + c as usize;
+        (
+            T::load(p.w0, p.s0, t),
+            if DUAL {
+                T::load(p.w1, p.s1, t)
+            } else {
+                T::ZERO
+            },
+        )
+    };
+    // The first `depth` chunks' loads are issued before the activations are staged, so
+    // their latency overlaps the staging.
+    let mut l = [(T::ZERO, T::ZERO); 4];
+    if live {
+        unroll4!(I, 0 => {
+            if (I as u32) < depth && (I as u32) < nchunks {
+                l[I] = load(I as u32);
+            }
+        });
+    }
+    stage(p, chunk0, nchunks);
+
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
-    if rt < row_tiles {
-        let tile0 = (rt * k_tiles + chunk0) as usize;
-        // One chunk's weights for both projections, loaded ahead of its use.
-        let load = |c: u32| -> (T::Lane, T::Lane) {
-            let t = tile0 + c as usize;
-            (
-                T::load(p.w0, p.s0, t),
-                if DUAL {
-                    T::load(p.w1, p.s1, t)
-                } else {
-                    T::ZERO
-                },
-            )
-        };
+    if live {
         let mut use_chunk = |c: u32, l: &(T::Lane, T::Lane)| {
             let x = load_x(p, c);
             chunk::<T>(&mut acc0, &l.0, &x);
@@ -181,25 +194,20 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
                 chunk::<T>(&mut acc1, &l.1, &x);
             }
         };
+        // Rolling pipeline: slot I holds chunk c + I; once used, it is refilled with chunk
+        // c + I + depth, so `depth` chunks stay in flight while one is consumed.
         let mut c = 0;
-        while c + T::UNROLL <= nchunks {
-            let mut l = [(T::ZERO, T::ZERO); 4];
-            unroll4!(I, 0 => {
-                if (I as u32) < T::UNROLL {
-                    l[I] = load(c + I as u32);
-                }
-            });
-            unroll4!(I, 0 => {
-                if (I as u32) < T::UNROLL {
-                    use_chunk(c + I as u32, &l[I]);
-                }
-            });
-            c += T::UNROLL;
-        }
         while c < nchunks {
-            let l = load(c);
-            use_chunk(c, &l);
-            c += 1;
+            unroll4!(I, 0 => {
+                let ci = c + I as u32;
+                if (I as u32) < depth && ci < nchunks {
+                    use_chunk(ci, &l[I]);
+                    if ci + depth < nchunks {
+                        l[I] = load(ci + depth);
+                    }
+                }
+            });
+            c += depth;
         }
     }
     epilogue(p, 0, rt, &acc0, T::FACTOR);
