@@ -458,3 +458,105 @@ fn every_kernel_entry_point_runs() {
         "entry points no path launched: {missed:?}"
     );
 }
+
+/// Tensor parallelism on the GPUs present (one on the H200 machine): every device a rank with
+/// an NCCL communicator; every path's all-reduced output equals the unsharded layer's on the
+/// first device (bit for bit with one rank, within rounding with several). Skips without
+/// NCCL (`libnccl.so` on the loader path).
+#[test]
+fn tensor_parallel_ranks_with_nccl_match_the_unsharded_layer() {
+    use denseffn::backend::DevicePtr;
+    use denseffn::load::HostFfn;
+    use denseffn::tp::{shard_layers, AllReduce, NcclAllReduce, ShardedFfnLayer};
+    let Some(gpu0) = cuda() else { return };
+    if !NcclAllReduce::available() {
+        eprintln!("skipping tensor-parallel GPU test: libnccl.so not on the loader path");
+        return;
+    }
+    let mut devs = vec![Arc::new(CudaBackend::new().unwrap())];
+    while let Ok(d) = CudaBackend::with_ptx(devs.len() as i32, denseffn::PTX) {
+        devs.push(Arc::new(d));
+    }
+    let (h, i) = if small() { (256, 1024) } else { (4096, 14336) };
+    let world = devs.len();
+    let nv = HostLayer::quantized(h, i, 81);
+    let host = HostFfn::Nvfp4([nv.gate, nv.up, nv.down]);
+    let n = 64;
+    let x = activations(n * h, 82);
+    type Run = fn(&ShardedFfnLayer, DevicePtr, &mut ForwardContext, u64) -> DevicePtr;
+    let paths: [(&str, usize, Run); 4] = [
+        ("forward", 1, |l, x, c, s| l.forward(x, c, s).unwrap()),
+        ("forward_k2", 2, |l, x, c, s| l.forward_k2(x, c, s).unwrap()),
+        ("forward_km", 8, |l, x, c, s| {
+            l.forward_km(x, 8, c, s).unwrap()
+        }),
+        ("forward_prefill", 64, |l, x, c, s| {
+            l.forward_prefill(x, 64, c, s).unwrap()
+        }),
+    ];
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        // The unsharded layer on device 0.
+        let whole = host.layer(&gpu0, act).unwrap();
+        let mut ctx = ForwardContext::new(&whole, n).unwrap();
+        let xg = upload_bf16(&gpu0, &x);
+        let want: Vec<Vec<f64>> = vec![
+            download_bf16(&gpu0, whole.forward(xg, &mut ctx, 0).unwrap(), h),
+            download_bf16(&gpu0, whole.forward_k2(xg, &mut ctx, 0).unwrap(), 2 * h),
+            download_bf16(&gpu0, whole.forward_km(xg, 8, &mut ctx, 0).unwrap(), 8 * h),
+            download_bf16(
+                &gpu0,
+                whole.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
+                n * h,
+            ),
+        ];
+        let gpus: Vec<Arc<dyn GpuBackend>> = devs
+            .iter()
+            .map(|d| d.clone() as Arc<dyn GpuBackend>)
+            .collect();
+        let comms = NcclAllReduce::group(&devs)
+            .unwrap()
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn AllReduce>)
+            .collect();
+        let ranks = shard_layers(&host, act, &gpus, comms).unwrap();
+        let outs: Vec<Vec<Vec<f64>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .zip(&gpus)
+                .map(|(rank, gpu)| {
+                    let x = &x;
+                    s.spawn(move || {
+                        let mut ctx = ForwardContext::new(rank.layer(), n).unwrap();
+                        let xs = upload_bf16(gpu, x);
+                        let stream = gpu.create_stream().unwrap();
+                        let o = paths
+                            .iter()
+                            .map(|(_, t, run)| {
+                                let y = run(rank, xs, &mut ctx, stream);
+                                gpu.synchronize(stream).unwrap();
+                                download_bf16(gpu, y, t * h)
+                            })
+                            .collect();
+                        gpu.destroy_stream(stream).unwrap();
+                        o
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (p, (name, _, _)) in paths.iter().enumerate() {
+            let e = rel_l2(&outs[0][p], &want[p]);
+            eprintln!(
+                "tensor parallel, {world} rank(s), {act:?} {name}: rel L2 vs unsharded {e:.2e}"
+            );
+            if world == 1 {
+                assert_eq!(outs[0][p], want[p], "{act:?} {name}");
+            } else {
+                assert!(e < 1e-2, "{act:?} {name}: {e}");
+                for r in 1..world {
+                    assert_eq!(outs[r][p], outs[0][p], "{act:?} {name}: rank {r} differs");
+                }
+            }
+        }
+    }
+}
