@@ -100,14 +100,14 @@ pub const GEMV_THREADS: u32 = 256;
 /// last-block flag (at 32), per-token per-warp reduction slots (64 f32 at 256).
 pub const GEMV_SMEM_HEADER: u32 = 512;
 
-/// Dynamic shared memory of one GEMV block: the header, the staged f16 activations of one split
-/// (`m × chunks × 64` halves, B-fragment order), and the raw f32 copy they are made from.
+/// Dynamic shared memory of one GEMV block: the header and the staged f16 activations of one
+/// split (`m × chunks × 64` halves, B-fragment order).
 pub const fn gemv_smem_bytes(m: u32, chunks_per_split: u32) -> u32 {
     GEMV_SMEM_HEADER + m * chunks_per_split * GEMV_SMEM_PER_TOKEN_CHUNK
 }
 
-/// Shared-memory bytes per token per 64-column chunk: 128 of f16 plus 256 of raw f32.
-pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = 64 * 2 + 64 * 4;
+/// Shared-memory bytes per token per 64-column chunk: 64 f16 values.
+pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = 64 * 2;
 
 /// Parameters of the elementwise activation kernels (`gelu_mul`, `silu_mul`):
 /// `out[i] = act(g[i]) * u[i]` for `i < len`, f32 in and out. Grid: `ceil(len / 1024)`,

@@ -6,8 +6,8 @@
 //! chunks: per chunk each lane loads its share of the tile per projection (NVFP4: 16 code bytes
 //! and 8 scale bytes), turns it into f16 A-fragments ([`Tiles::fragments`]; NVFP4: two masks,
 //! `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and issues four `mma.m16n8k16` with the
-//! tokens as the 8 B columns; `T::UNROLL` chunks stay in flight (a rolling pipeline, the first loads
-//! issued before the activations are staged).
+//! tokens as the 8 B columns; `T::UNROLL` chunks stay in flight (a rolling pipeline; the
+//! single-projection kernels issue their first loads while the activations are being staged).
 //! Activations are staged per block into shared memory as f16 scaled by a power of two per
 //! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
@@ -66,24 +66,23 @@ fn pow2_scale(amax: f32) -> (f32, f32) {
 }
 
 /// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
-/// the per-token inverse scales into the header. One pass over global memory: the f32 values go
-/// to a raw area while their maximum is found, then are scaled and packed from shared memory.
+/// the per-token inverse scales into the header. Two passes over global memory: the first finds
+/// each token's maximum, the second (served mostly by L1) scales, packs and stores; no raw copy
+/// is kept in shared memory, so a split can hold 3× the chunks of a one-pass staging.
+/// Pass 1 ([`stage_amax`]) and pass 2 ([`stage_pack`]) are separate so the caller can issue its
+/// first weight loads between them.
 #[inline(always)]
-unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_amax(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
     let pairs = nchunks * (TILE_K as u32 / 2);
     let k0 = chunk0 * TILE_K as u32;
-    let raw = smem.add(GEMV_SMEM_HEADER + p.m * nchunks * TILE_K as u32 * 2);
     for t in 0..p.m {
         let mut amax = 0.0f32;
         let mut i = tid;
         while i < pairs {
             let (a, b) = load_pair(p, t, k0 + 2 * i);
             amax = max_nan(amax, max_nan(a.abs(), b.abs()));
-            let at = raw.add((t * pairs + i) * 8);
-            at.st_f32(a);
-            at.add(4).st_f32(b);
             i += GEMV_THREADS;
         }
         amax = warp_max(amax);
@@ -92,6 +91,15 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
         }
     }
     sync_threads();
+}
+
+/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]).
+#[inline(always)]
+unsafe fn stage_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    let smem = Smem::base();
+    let tid = thread_x();
+    let pairs = nchunks * (TILE_K as u32 / 2);
+    let k0 = chunk0 * TILE_K as u32;
     for t in 0..p.m {
         let mut amax = 0.0f32;
         for w in 0..WARPS {
@@ -103,8 +111,7 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
         }
         let mut i = tid;
         while i < pairs {
-            let at = raw.add((t * pairs + i) * 8);
-            let (a, b) = (at.ld_f32(), at.add(4).ld_f32());
+            let (a, b) = load_pair(p, t, k0 + 2 * i);
             let lk = 2 * i;
             let (c, kk) = (lk / 64, lk % 64);
             let (j, r) = (kk / 16, kk % 16);
@@ -172,17 +179,28 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
             },
         )
     };
-    // The first `depth` chunks' loads are issued before the activations are staged, so
-    // their latency overlaps the staging.
+    // The first `depth` chunks' loads: a single-projection kernel issues them between the two
+    // staging passes, so their latency overlaps the second (for the f32 and SiLU sources the
+    // costlier one); the dual kernel after both (holding them through the second pass would
+    // cost it a block per SM in registers).
     let mut l = [(T::ZERO, T::ZERO); 4];
-    if live {
-        unroll4!(I, 0 => {
-            if (I as u32) < depth && (I as u32) < nchunks {
-                l[I] = load(I as u32);
-            }
-        });
+    let preload = |l: &mut [(T::Lane, T::Lane); 4]| {
+        if live {
+            unroll4!(I, 0 => {
+                if (I as u32) < depth && (I as u32) < nchunks {
+                    l[I] = load(I as u32);
+                }
+            });
+        }
+    };
+    stage_amax(p, chunk0, nchunks);
+    if !DUAL {
+        preload(&mut l);
     }
-    stage(p, chunk0, nchunks);
+    stage_pack(p, chunk0, nchunks);
+    if DUAL {
+        preload(&mut l);
+    }
 
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
