@@ -1,8 +1,8 @@
-//! `cargo xtask gpu-bundle`: builds every test and bench binary (release) and the release
-//! `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
-//! machine that has a GPU but no Rust.
+//! `cargo xtask gpu-bundle [--gpu-only]`: builds every test and bench binary (release) and the
+//! release `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
+//! machine that has a GPU but no Rust (`--gpu-only`: only the GPU tests and the CLI).
 //!
-//! There: `bash gpu-bundle/run.sh [tests|bench|all]` runs them, writing logs and the bench
+//! There: `bash gpu-bundle/run.sh [tests|gpu-tests|bench|all|sanitize]` runs them, writing logs and the bench
 //! table under `$OUT` (default `gpu-bundle/out`); `bash gpu-bundle/run.sh report [ARGS]` runs
 //! `denseffn bench ARGS --out $OUT/report` (tables and plots).
 use std::fs;
@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 fn main() {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "gpu-bundle" => gpu_bundle(),
+        "gpu-bundle" => gpu_bundle(std::env::args().nth(2).as_deref() == Some("--gpu-only")),
         _ => {
-            eprintln!("usage: cargo xtask gpu-bundle");
+            eprintln!("usage: cargo xtask gpu-bundle [--gpu-only]");
             std::process::exit(2);
         }
     }
@@ -65,7 +65,9 @@ fn built_executables(args: &[&str], test_profile: bool) -> Vec<(String, String, 
     v
 }
 
-fn gpu_bundle() {
+/// `gpu_only`: just the GPU test binaries (`tests/gpu*.rs`) and the CLI, which stay well
+/// inside the device tool's 64 MiB carry limit that the whole bundle nears.
+fn gpu_bundle(gpu_only: bool) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -84,10 +86,14 @@ fn gpu_bundle() {
         ],
         true,
     );
-    exes.extend(built_executables(
-        &["bench", "--no-run", "--package", "denseffn"],
-        true,
-    ));
+    if gpu_only {
+        exes.retain(|(kind, name, _)| kind == "test" && name.starts_with("gpu"));
+    } else {
+        exes.extend(built_executables(
+            &["bench", "--no-run", "--package", "denseffn"],
+            true,
+        ));
+    }
     for (kind, name, exe) in &exes {
         let file = match kind.as_str() {
             "bench" => format!("bench-{name}"),
