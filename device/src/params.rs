@@ -181,7 +181,13 @@ pub const fn gemm_tokens_per_block(dual: bool) -> u32 {
     8 * if dual { GEMM_DUAL_NF } else { GEMM_SINGLE_NF }
 }
 
-/// Shared memory of one prefill GEMM block: two `tokens × 64`-column bf16 buffers.
+/// 32-bit words one token's 64 staged bf16 columns take in a prefill GEMM buffer: 32, padded
+/// to 34 so that the 16 lanes of a half-warp reading B fragments (8-byte loads of 4 tokens × 4
+/// column pairs) hit 16 distinct bank pairs instead of 4.
+pub const GEMM_TOKEN_WORDS: u32 = 34;
+
+/// Shared memory of one prefill GEMM block: two buffers of `tokens × 64` bf16 columns (each
+/// token padded to [`GEMM_TOKEN_WORDS`]).
 pub const fn gemm_smem_bytes(dual: bool) -> u32 {
-    2 * gemm_tokens_per_block(dual) * 64 * 2
+    2 * gemm_tokens_per_block(dual) * GEMM_TOKEN_WORDS * 4
 }
