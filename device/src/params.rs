@@ -106,8 +106,13 @@ pub const fn gemv_smem_bytes(m: u32, chunks_per_split: u32) -> u32 {
     GEMV_SMEM_HEADER + m * chunks_per_split * GEMV_SMEM_PER_TOKEN_CHUNK
 }
 
-/// Shared-memory bytes per token per 64-column chunk: 64 f16 values.
-pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = 64 * 2;
+/// 32-bit words one token's 64 staged f16 values of a chunk take: 32, padded to 36 so that the
+/// 8 lanes of a quarter-warp reading B fragments (16-byte loads of 2 tokens × 4 column pairs)
+/// hit distinct banks.
+pub const GEMV_TOKEN_WORDS: u32 = 36;
+
+/// Shared-memory bytes per token per 64-column chunk (64 f16 values, padded).
+pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = GEMV_TOKEN_WORDS * 4;
 
 /// Parameters of the elementwise activation kernels (`gelu_mul`, `silu_mul`):
 /// `out[i] = act(g[i]) * u[i]` for `i < len`, f32 in and out. Grid: `ceil(len / 1024)`,

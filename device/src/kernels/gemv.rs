@@ -14,7 +14,9 @@
 use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
-use crate::params::{source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
+use crate::params::{
+    source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS, GEMV_TOKEN_WORDS,
+};
 
 const WARPS: u32 = GEMV_THREADS / 32;
 const SCALES_AT: u32 = 0;
@@ -117,7 +119,7 @@ unsafe fn stage_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
             let (j, r) = (kk / 16, kk % 16);
             let q = 2 * j + r / 8;
             let tq = (r % 8) / 2;
-            let word = ((c * p.m + t) * 4 + tq) * 8 + q;
+            let word = (c * p.m + t) * GEMV_TOKEN_WORDS + tq * 8 + q;
             smem.add(GEMV_SMEM_HEADER + word * 4)
                 .st_u32(pack_f16x2(a * f, b * f));
             i += GEMV_THREADS;
@@ -142,7 +144,8 @@ fn chunk<T: Tiles>(acc: &mut [f32; 4], l: &T::Lane, x: &[u32; 8]) {
 unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
     let (g, tq) = (lane() / 4, lane() % 4);
     if g < p.m {
-        let at = Smem::base().add(GEMV_SMEM_HEADER + ((c * p.m + g) * 4 + tq) * 32);
+        let word = (c * p.m + g) * GEMV_TOKEN_WORDS + tq * 8;
+        let at = Smem::base().add(GEMV_SMEM_HEADER + word * 4);
         let a = at.ld_v4();
         let b = at.add(16).ld_v4();
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
