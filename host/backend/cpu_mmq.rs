@@ -84,8 +84,7 @@ pub(crate) fn requant(mem: &mut Memory, p: &RequantParams) -> Result<()> {
                         requant_superblock(
                             codes,
                             scales,
-                            p.global,
-                            k_tiles,
+                            p,
                             row,
                             kt,
                             |tile, off, q| {
@@ -110,15 +109,15 @@ pub(crate) fn requant(mem: &mut Memory, p: &RequantParams) -> Result<()> {
 fn requant_superblock(
     codes: &[u8],
     scales: &[u8],
-    global: f32,
-    k_tiles: usize,
+    p: &RequantParams,
     row: usize,
     kt: usize,
     mut put: impl FnMut(u32, usize, u8),
     head: &mut [u8],
 ) {
+    let k_tiles = p.cols as usize / nvfp4::TILE_K;
     let v: Vec<f32> = (0..TILE_K)
-        .map(|i| nvfp4::tiled_value(codes, scales, global, k_tiles, row, kt * TILE_K + i))
+        .map(|i| nvfp4::tiled_value(codes, scales, p.global, k_tiles, row, kt * TILE_K + i))
         .collect();
     let fits: Vec<(f32, f32)> = v
         .chunks_exact(SUB)

@@ -122,7 +122,7 @@ pub fn q8_scale(amax: f32) -> (f32, f32) {
 /// The int8 code of `v` in a block with inverse scale `inv`: nearest, ties to even, in ±127.
 #[inline(always)]
 pub fn q8_code(v: f32, inv: f32) -> i32 {
-    rne((v * inv).max(-127.0).min(127.0)) as i32
+    rne((v * inv).clamp(-127.0, 127.0)) as i32
 }
 
 /// Round half to even for `|v| ≤ 2^22` (adding and removing 1.5·2^23 leaves the nearest
@@ -165,7 +165,7 @@ const FIT_STEP: f32 = 0.5;
 #[inline(always)]
 pub fn q4_code(v: f32, a: f32, b: f32) -> u32 {
     if a > 0.0 {
-        rne(((v + b) / a).max(0.0).min(15.0)) as u32
+        rne(((v + b) / a).clamp(0.0, 15.0)) as u32
     } else {
         0
     }
@@ -238,7 +238,7 @@ pub fn fit_sub_block(x: impl Fn(usize) -> f32) -> (f32, f32) {
 #[inline(always)]
 pub fn quant6(v: f32, step: f32) -> u32 {
     if step > 0.0 {
-        rne((v / step).max(0.0).min(63.0)) as u32
+        rne((v / step).clamp(0.0, 63.0)) as u32
     } else {
         0
     }
