@@ -1,7 +1,7 @@
 //! The weight formats `denseffn bench` measures, as one list: adding a format is one line in
 //! [`FORMATS`] (plus, for a new overlay, a `synth` function making random weights of it).
 use super::synth;
-use crate::layer::{DenseFfnLayer, OverlayKind};
+use crate::layer::{DenseFfnLayer, OverlayKind, PrefillConfig};
 use crate::Result;
 use rand::rngs::SmallRng;
 
@@ -25,7 +25,14 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "bf16", ggml: "bf16", install: |l, r| overlay(l, r, synth::dense, DenseFfnLayer::set_bf16_weights), remove: |l| l.clear_overlay(OverlayKind::Bf16) },
     BenchFormat { name: "q2_0", ggml: "q2_0", install: |l, r| overlay(l, r, synth::q2, DenseFfnLayer::set_q2_weights), remove: |l| l.clear_overlay(OverlayKind::Q2) },
     BenchFormat { name: "q4k", ggml: "q4_K", install: |l, r| overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights), remove: |l| l.clear_overlay(OverlayKind::Q4k) },
+    BenchFormat { name: "q4k_mmq", ggml: "q4_K", install: q4k_mmq, remove: |l| { l.clear_overlay(OverlayKind::Q4k); l.set_prefill_config(PrefillConfig::default()) } },
 ];
+
+/// Native Q4_K weights installed with the `q4k_mmq` prefill arm enabled (decode as `q4k`).
+fn q4k_mmq(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
+    l.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights)
+}
 
 /// The format named `name`.
 pub fn find(name: &str) -> Option<&'static BenchFormat> {

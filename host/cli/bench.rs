@@ -200,7 +200,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let cublas_at = |t: usize| cublas.iter().find(|c| c.0 == t).map(|c| c.1);
         let mut layer = synth::nvfp4_layer(&gpu, shape.h, shape.i, shape.act, &mut rng)?;
         let max_tokens = ns.iter().copied().max().unwrap_or(1).max(MAX_GEMV_TOKENS);
-        let mut ctx = ForwardContext::new(&layer, max_tokens)?;
         let x = synth::activations(&gpu, max_tokens * shape.h, &mut rng)?;
         for f in &fmts {
             eprintln!("  {}", f.name);
@@ -215,6 +214,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     .push(Err((format!("{} {}", shape.name, f.name), why)));
                 continue;
             }
+            // Made per format: a format may change what the context holds (q4k_mmq's scratch).
+            let mut ctx = ForwardContext::new(&layer, max_tokens)?;
             let bytes = formats::weight_bytes(&layer) as f64;
             let ggml_gbs = |m| ggml_at(&report.ggml, f.ggml, Unit::GBps, m);
             let mut paths = vec![(String::from("forward"), 1, Path::Forward)];

@@ -18,7 +18,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 ///
 /// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
-/// workspace; split-K counters (zero between launches: each launch's last block resets them).
+/// workspace; split-K counters (zero between launches: each launch's last block resets them);
+/// when the layer has the `q4k_mmq` arm enabled, its int8 scratch: `max_tokens · max(h, i)` code
+/// bytes and 8 bytes of `(d, s)` per 32 values. Everything is allocated here: no call allocates.
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -30,6 +32,8 @@ pub struct ForwardContext {
     pub(crate) prefill_act: DeviceBuffer,
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
+    /// The `q4k_mmq` arm's int8 scratch (when the layer enabled the arm before this was made).
+    pub(crate) mmq: Option<super::mmq::MmqScratch>,
 }
 
 impl ForwardContext {
@@ -64,6 +68,11 @@ impl ForwardContext {
             prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
+            mmq: if layer.prefill_config().q4k_mmq {
+                Some(super::mmq::MmqScratch::new(gpu, max_tokens, h.max(i))?)
+            } else {
+                None
+            },
         })
     }
 
@@ -90,6 +99,7 @@ impl ForwardContext {
         ]
         .iter()
         .map(|b| b.len())
-        .sum()
+        .sum::<usize>()
+            + self.mmq.as_ref().map_or(0, |m| m.bytes())
     }
 }

@@ -2,6 +2,7 @@
 //! choice of kernels per call.
 mod context;
 mod footprint;
+mod mmq;
 mod overlay;
 pub mod plan;
 mod prefill;
@@ -9,6 +10,7 @@ mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
+pub use mmq::{kernels as mmq_kernels, MmqCopies, MmqWeight, PrefillConfig, MMQ_ENV};
 pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
@@ -179,6 +181,9 @@ pub struct DenseFfnLayer {
     activation: FfnActivation,
     gpu: Arc<dyn GpuBackend>,
     overlays: overlay::Overlays,
+    prefill_config: PrefillConfig,
+    /// The NVFP4 layer's Q4_K MMQ copies (from `finalize_q4k_load`).
+    mmq: Option<MmqCopies>,
 }
 
 impl DenseFfnLayer {
@@ -211,6 +216,8 @@ impl DenseFfnLayer {
             activation,
             gpu,
             overlays: Default::default(),
+            prefill_config: PrefillConfig::from_env(),
+            mmq: None,
         })
     }
 

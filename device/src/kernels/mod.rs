@@ -37,4 +37,6 @@ macro_rules! unroll4 {
 pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
+pub mod mmq;
+pub mod q8;
 pub mod tiles;
