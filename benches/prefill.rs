@@ -1,10 +1,13 @@
 //! Prefill `forward_prefill` on the H200 beside a cuBLAS bf16 FFN (gate+up one GEMM, then down;
 //! activation left out of the anchor) measured in the same run. TFLOP/s counts `2·N·3·h·i`.
+//! Two arms per shape: the default `nvfp4_t_m128`, and `q4k_mmq` on the same kind of layer after
+//! `finalize_q4k_load` (int8 activations × requantized Q4_K on integer tensor cores; ggml's
+//! q4_K MMQ on this H200: 167 TFLOP/s at N = 512).
 //! Table to stdout and `$DENSEFFN_BENCH_OUT` (default `target/bench-prefill.md`).
 mod common;
 use common::*;
 use criterion::{criterion_group, criterion_main, Criterion};
-use denseffn::layer::ForwardContext;
+use denseffn::layer::{ForwardContext, PrefillConfig};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::time::Duration;
@@ -24,38 +27,45 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_secs(1));
     for &(name, h, i) in SHAPES {
-        let layer = random_layer(&gpu, h, i, &mut rng);
         let nmax = *NS.iter().max().unwrap();
-        let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
         let x = random_bf16(&gpu, nmax * h, &mut rng);
         let ffn = CublasFfn::new(&gpu, h, i, nmax, &mut rng).unwrap();
-        for &n in NS {
-            group.bench_function(format!("nvfp4_t_m128/{name}/N={n}"), |b| {
-                b.iter_custom(|iters| {
-                    gpu_time(&*gpu, iters, || {
-                        layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
+        for mmq in [false, true] {
+            let mut layer = random_layer(&gpu, h, i, &mut rng);
+            if mmq {
+                layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+                layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
+            }
+            let arm = layer.prefill_arm().unwrap().name();
+            let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
+            for &n in NS {
+                group.bench_function(format!("{arm}/{name}/N={n}"), |b| {
+                    b.iter_custom(|iters| {
+                        gpu_time(&*gpu, iters, || {
+                            layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
+                        })
                     })
-                })
-            });
-            let ours = median_us(&*gpu, 5, 3, || {
-                layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
-            });
-            let anchor = || ffn.run(&cublas, n).unwrap();
-            let theirs = median_us(&*gpu, 5, 3, anchor);
-            let flop = 2.0 * n as f64 * 3.0 * h as f64 * i as f64;
-            rows.push(format!(
-                "| {name} | {n} | {ours:.0} | {:.0} | {theirs:.0} | {:.0} | {:.2} |",
-                flop / ours / 1e6,
-                flop / theirs / 1e6,
-                theirs / ours
-            ));
+                });
+                let ours = median_us(&*gpu, 5, 3, || {
+                    layer.forward_prefill(x.ptr(), n, &mut ctx, 0).unwrap();
+                });
+                let anchor = || ffn.run(&cublas, n).unwrap();
+                let theirs = median_us(&*gpu, 5, 3, anchor);
+                let flop = 2.0 * n as f64 * 3.0 * h as f64 * i as f64;
+                rows.push(format!(
+                    "| {name} | {arm} | {n} | {ours:.0} | {:.0} | {theirs:.0} | {:.0} | {:.2} |",
+                    flop / ours / 1e6,
+                    flop / theirs / 1e6,
+                    theirs / ours
+                ));
+            }
         }
     }
     group.finish();
     drop(cublas);
     let mut md = format!(
-        "Device: {}. Prefill forward_prefill (arm nvfp4_t_m128, SiLU) vs a cuBLAS bf16 FFN, same run.\n\n\
-         | model | N | NVFP4 µs | NVFP4 TFLOP/s | cuBLAS µs | cuBLAS TFLOP/s | ratio to cuBLAS |\n|---|---|---|---|---|---|---|\n",
+        "Device: {}. Prefill forward_prefill (arms nvfp4_t_m128 and q4k_mmq after finalize_q4k_load, SiLU) vs a cuBLAS bf16 FFN, same run (ggml q4_K MMQ: 167 TFLOP/s at N = 512).\n\n\
+         | model | arm | N | µs | TFLOP/s | cuBLAS µs | cuBLAS TFLOP/s | ratio to cuBLAS |\n|---|---|---|---|---|---|---|---|\n",
         gpu.device_name()
     );
     for r in &rows {

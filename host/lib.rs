@@ -29,6 +29,7 @@ pub mod pack_q4k;
 pub mod pack_tiled;
 pub mod reference;
 pub mod shard;
+pub mod tp;
 
 pub use error::{Error, Result};
 

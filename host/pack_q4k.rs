@@ -2,6 +2,7 @@
 use crate::error::Result;
 use crate::pack::BlockFormat;
 use denseffn_device::formats::q4k::{self, BLOCK_BYTES, QK_K};
+use denseffn_device::formats::q4k_mmq;
 use half::f16;
 
 /// A Q4_K matrix `[rows, cols]`: `rows · cols / 256` blocks of 144 bytes, row-major (each row's
@@ -34,6 +35,69 @@ impl Q4kHost {
     /// Checks the size and that `d` and `dmin` of every block are finite and not negative.
     pub fn validate(&self, tensor: &str) -> Result<()> {
         FORMAT.validate(tensor, self.rows, self.cols, &self.blocks)
+    }
+
+    /// The blocks re-laid into the MMQ prefill layout (`denseffn_device::formats::q4k_mmq`):
+    /// `(codes, heads)`, losslessly (headers byte for byte, codes moved nibble for nibble).
+    /// Rows must be a multiple of 16.
+    pub fn to_mmq(&self, tensor: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.validate(tensor)?;
+        if self.rows % q4k_mmq::TILE_ROWS != 0 {
+            return Err(crate::error::Error::Shape(format!(
+                "{tensor}: Q4_K MMQ copies need rows a multiple of {}, got {}",
+                q4k_mmq::TILE_ROWS,
+                self.rows
+            )));
+        }
+        let per_row = self.cols / QK_K;
+        let (cb, hb) = q4k_mmq::bytes(self.rows, self.cols);
+        let (mut codes, mut heads) = (vec![0u8; cb], vec![0u8; hb]);
+        for (bi, b) in self.blocks.chunks_exact(BLOCK_BYTES).enumerate() {
+            let (r, kt) = (bi / per_row, bi % per_row);
+            let tile = (r / q4k_mmq::TILE_ROWS) * per_row + kt;
+            let lr = r % q4k_mmq::TILE_ROWS;
+            let h = tile * q4k_mmq::TILE_HEAD_BYTES + q4k_mmq::head_pos(lr);
+            heads[h..h + q4k_mmq::HEAD_BYTES].copy_from_slice(&b[..q4k_mmq::HEAD_BYTES]);
+            for i in 0..QK_K {
+                let (p, l) = (i / 64, i % 64);
+                let byte = b[16 + 32 * p + l % 32];
+                let q = if l < 32 { byte & 15 } else { byte >> 4 };
+                let (off, sh) = q4k_mmq::code_pos(lr, i);
+                codes[tile * q4k_mmq::TILE_CODE_BYTES + off] |= q << sh;
+            }
+        }
+        Ok((codes, heads))
+    }
+
+    /// The inverse of [`Q4kHost::to_mmq`]: ggml blocks from MMQ-layout `codes` and `heads`.
+    pub fn from_mmq(rows: usize, cols: usize, codes: &[u8], heads: &[u8]) -> Result<Self> {
+        check(rows, cols)?;
+        if rows % q4k_mmq::TILE_ROWS != 0
+            || (codes.len(), heads.len()) != q4k_mmq::bytes(rows, cols)
+        {
+            return Err(crate::error::Error::Shape(format!(
+                "Q4_K MMQ copies of [{rows}, {cols}]: {} code and {} head bytes, expected {:?} (rows a multiple of 16)",
+                codes.len(),
+                heads.len(),
+                q4k_mmq::bytes(rows, cols)
+            )));
+        }
+        let per_row = cols / QK_K;
+        let mut blocks = vec![0u8; rows * per_row * BLOCK_BYTES];
+        for (bi, b) in blocks.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            let (r, kt) = (bi / per_row, bi % per_row);
+            let tile = (r / q4k_mmq::TILE_ROWS) * per_row + kt;
+            let lr = r % q4k_mmq::TILE_ROWS;
+            let h = tile * q4k_mmq::TILE_HEAD_BYTES + q4k_mmq::head_pos(lr);
+            b[..q4k_mmq::HEAD_BYTES].copy_from_slice(&heads[h..h + q4k_mmq::HEAD_BYTES]);
+            for i in 0..QK_K {
+                let (off, sh) = q4k_mmq::code_pos(lr, i);
+                let q = (codes[tile * q4k_mmq::TILE_CODE_BYTES + off] >> sh) & 15;
+                let (p, l) = (i / 64, i % 64);
+                b[16 + 32 * p + l % 32] |= if l < 32 { q } else { q << 4 };
+            }
+        }
+        Ok(Q4kHost { rows, cols, blocks })
     }
 
     /// Row-major f32 values, as ggml's `dequantize_row_q4_K` gives them.
@@ -202,6 +266,38 @@ mod tests {
         assert!(matches!(q.validate("gate"), Err(Error::BadWeights(ref s)) if s.contains("gate")));
         q.blocks.pop();
         assert!(matches!(q.validate("gate"), Err(Error::Shape(_))));
+    }
+
+    #[test]
+    fn mmq_layout_decodes_to_the_same_values() {
+        let (r, c) = (32, 512);
+        let w = random_activations(r * c, &mut SmallRng::seed_from_u64(8));
+        let q = Q4kHost::quantize(&w, r, c).unwrap();
+        let want = q.dequantize();
+        let (codes, heads) = q.to_mmq("w").unwrap();
+        assert_eq!(codes.len() + heads.len(), q.blocks.len());
+        assert_eq!(Q4kHost::from_mmq(r, c, &codes, &heads).unwrap(), q);
+        let mut tile = [[0f32; 256]; 16];
+        for rt in 0..r / 16 {
+            for kt in 0..c / 256 {
+                let t = rt * (c / 256) + kt;
+                q4k_mmq::decode_tile(
+                    &codes[t * q4k_mmq::TILE_CODE_BYTES..],
+                    &heads[t * q4k_mmq::TILE_HEAD_BYTES..],
+                    &mut tile,
+                );
+                for (lr, row) in tile.iter().enumerate() {
+                    for (lk, v) in row.iter().enumerate() {
+                        let i = (rt * 16 + lr) * c + kt * 256 + lk;
+                        assert_eq!(v.to_bits(), want[i].to_bits(), "({lr},{lk}) of tile {t}");
+                    }
+                }
+            }
+        }
+        assert!(matches!(
+            Q4kHost::quantize(&w[..8 * c], 8, c).unwrap().to_mmq("w"),
+            Err(Error::Shape(_))
+        ));
     }
 
     #[test]

@@ -112,7 +112,7 @@ fn run_on_a_gguf_q4k_layer_uses_the_q4k_weight_set() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("q4k layer 0"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Q4K layer 0"));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 13, "{rows:?}");

@@ -1,7 +1,9 @@
 //! Contracts of the public types, checked on the CPU reference backend.
 //!
 //! Threads: [`DenseFfnLayer`], [`DenseFfnWeights`], [`ForwardContext`], both backends and
-//! `Arc<dyn GpuBackend>` are `Send + Sync`. A layer may be shared by any number of threads
+//! `Arc<dyn GpuBackend>` are `Send + Sync`, and so are the tensor-parallel rank
+//! (`tp::ShardedFfnLayer`) and its communicators (one rank's collective calls come from one
+//! thread at a time). A layer may be shared by any number of threads
 //! (e.g. behind an `Arc`) and called from them at once, each call with its own
 //! [`ForwardContext`]; a context is used by one call at a time, which the `&mut ForwardContext`
 //! parameter of every forward path enforces. Concurrent calls on distinct contexts give exactly
@@ -40,6 +42,10 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<denseffn::load::HostFfn>();
     assert_send_sync::<denseffn::backend::Stream>();
     assert_send_sync::<denseffn::backend::Graph>();
+    assert_send_sync::<denseffn::tp::ShardedFfnLayer>();
+    assert_send_sync::<denseffn::tp::CpuAllReduce>();
+    assert_send_sync::<denseffn::tp::NcclAllReduce>();
+    assert_send_sync::<dyn denseffn::tp::AllReduce>();
 }
 
 fn cpu() -> Arc<dyn GpuBackend> {

@@ -91,15 +91,8 @@ fn every_path_with_lora_matches_the_merged_f64_reference() {
             assert_eq!(layer.verify_kernels(2)[3], shrink);
             assert_eq!(layer.km_kernels(5)[4], shrink);
             let p = layer.prefill_kernels(64);
-            assert_eq!(
-                p,
-                [
-                    shrink,
-                    "gemm_nvfp4_t_gate_up_act",
-                    shrink,
-                    "gemm_nvfp4_t_down"
-                ]
-            );
+            let [gu, down] = kernels::LORA_GEMMS;
+            assert_eq!(p, [shrink, gu, shrink, down]);
         }
     }
 }
@@ -379,4 +372,45 @@ fn lora_batch_rows_equal_single_token_forward() {
         let e = rel_l2(&batch[t * H..(t + 1) * H], &one);
         assert!(e < 5e-3, "row {t}: {e}");
     }
+}
+
+/// The `q4k_mmq` prefill arm does not apply LoRA deltas: with the arm enabled, LoRA still runs
+/// on `nvfp4_t_m128`; `finalize_q4k_load` is refused while LoRA is installed (the layer and its
+/// results unchanged), and LoRA is refused once the layer was finalized.
+#[test]
+fn lora_and_the_q4k_mmq_finalize_refuse_each_other() {
+    use denseffn::layer::{PrefillArm, PrefillConfig};
+    let (h, i) = (256, 512); // Q4_K super-blocks
+    let host = HostLayer::random(h, i, 34);
+    let lora = lora_weights(h, i, 16, 35);
+    let x = activations(64 * h, 36);
+    let cpu = Arc::new(CpuBackend::new());
+    let gpu: Arc<dyn GpuBackend> = cpu.clone();
+    let mut layer = host.layer(&gpu, FfnActivation::Silu);
+    layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    layer.set_lora_weights(lora.clone()).unwrap();
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
+    let want = outputs(&layer, &gpu, &x);
+    let merged = host.lora_reference(&lora, &x, FfnActivation::Silu);
+    assert!(rel_l2(want.last().unwrap(), &merged) <= 1e-2);
+    let (foot, used) = (layer.footprint(), cpu.used_bytes());
+    let e = layer.finalize_q4k_load(&gpu, h, i, 0).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("LoRA"),
+        "{e}"
+    );
+    assert_eq!((layer.footprint(), cpu.used_bytes()), (foot, used));
+    assert!(!layer.has_q4k_mmq_copies());
+    assert_eq!(outputs(&layer, &gpu, &x), want);
+    // Finalized first: LoRA is refused, the layer unchanged.
+    layer.clear_lora();
+    layer.finalize_q4k_load(&gpu, h, i, 0).unwrap();
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Q4kMmq);
+    let foot = layer.footprint();
+    let e = layer.set_lora_weights(lora).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("finalize_q4k_load"),
+        "{e}"
+    );
+    assert_eq!((layer.lora_rank(), layer.footprint()), (None, foot));
 }

@@ -458,3 +458,263 @@ fn every_kernel_entry_point_runs() {
         "entry points no path launched: {missed:?}"
     );
 }
+
+/// Tensor parallelism on the GPUs present (one on the H200 machine): every device a rank with
+/// an NCCL communicator; every path's all-reduced output equals the unsharded layer's on the
+/// first device (bit for bit with one rank, within rounding with several). Skips without
+/// NCCL (`libnccl.so` on the loader path).
+#[test]
+fn tensor_parallel_ranks_with_nccl_match_the_unsharded_layer() {
+    use denseffn::backend::DevicePtr;
+    use denseffn::load::HostFfn;
+    use denseffn::tp::{shard_layers, AllReduce, NcclAllReduce, ShardedFfnLayer};
+    let Some(gpu0) = cuda() else { return };
+    if !NcclAllReduce::available() {
+        eprintln!("skipping tensor-parallel GPU test: libnccl.so not on the loader path");
+        return;
+    }
+    let mut devs = vec![Arc::new(CudaBackend::new().unwrap())];
+    while let Ok(d) = CudaBackend::with_ptx(devs.len() as i32, denseffn::PTX) {
+        devs.push(Arc::new(d));
+    }
+    let (h, i) = if small() { (256, 1024) } else { (4096, 14336) };
+    let world = devs.len();
+    let nv = HostLayer::quantized(h, i, 81);
+    let host = HostFfn::Nvfp4([nv.gate, nv.up, nv.down]);
+    let n = 64;
+    let x = activations(n * h, 82);
+    type Run = fn(&ShardedFfnLayer, DevicePtr, &mut ForwardContext, u64) -> DevicePtr;
+    let paths: [(&str, usize, Run); 4] = [
+        ("forward", 1, |l, x, c, s| l.forward(x, c, s).unwrap()),
+        ("forward_k2", 2, |l, x, c, s| l.forward_k2(x, c, s).unwrap()),
+        ("forward_km", 8, |l, x, c, s| {
+            l.forward_km(x, 8, c, s).unwrap()
+        }),
+        ("forward_prefill", 64, |l, x, c, s| {
+            l.forward_prefill(x, 64, c, s).unwrap()
+        }),
+    ];
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        // The unsharded layer on device 0.
+        let whole = host.layer(&gpu0, act).unwrap();
+        let mut ctx = ForwardContext::new(&whole, n).unwrap();
+        let xg = upload_bf16(&gpu0, &x);
+        let want: Vec<Vec<f64>> = vec![
+            download_bf16(&gpu0, whole.forward(xg, &mut ctx, 0).unwrap(), h),
+            download_bf16(&gpu0, whole.forward_k2(xg, &mut ctx, 0).unwrap(), 2 * h),
+            download_bf16(&gpu0, whole.forward_km(xg, 8, &mut ctx, 0).unwrap(), 8 * h),
+            download_bf16(
+                &gpu0,
+                whole.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
+                n * h,
+            ),
+        ];
+        let gpus: Vec<Arc<dyn GpuBackend>> = devs
+            .iter()
+            .map(|d| d.clone() as Arc<dyn GpuBackend>)
+            .collect();
+        let comms = NcclAllReduce::group(&devs)
+            .unwrap()
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn AllReduce>)
+            .collect();
+        let ranks = shard_layers(&host, act, &gpus, comms).unwrap();
+        let outs: Vec<Vec<Vec<f64>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .zip(&gpus)
+                .map(|(rank, gpu)| {
+                    let x = &x;
+                    s.spawn(move || {
+                        let mut ctx = ForwardContext::new(rank.layer(), n).unwrap();
+                        let xs = upload_bf16(gpu, x);
+                        let stream = gpu.create_stream().unwrap();
+                        let o = paths
+                            .iter()
+                            .map(|(_, t, run)| {
+                                let y = run(rank, xs, &mut ctx, stream);
+                                gpu.synchronize(stream).unwrap();
+                                download_bf16(gpu, y, t * h)
+                            })
+                            .collect();
+                        gpu.destroy_stream(stream).unwrap();
+                        o
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (p, (name, _, _)) in paths.iter().enumerate() {
+            let e = rel_l2(&outs[0][p], &want[p]);
+            eprintln!(
+                "tensor parallel, {world} rank(s), {act:?} {name}: rel L2 vs unsharded {e:.2e}"
+            );
+            if world == 1 {
+                assert_eq!(outs[0][p], want[p], "{act:?} {name}");
+            } else {
+                assert!(e < 1e-2, "{act:?} {name}: {e}");
+                for r in 1..world {
+                    assert_eq!(outs[r][p], outs[0][p], "{act:?} {name}: rank {r} differs");
+                }
+            }
+        }
+    }
+}
+
+/// The Q4_K MMQ arm on the GPU: an NVFP4 (4096, 14336) layer finalized for it on both backends.
+/// The requantized bytes agree with the CPU reference's, and prefill at N ∈ {1, 64, 512, 4096}
+/// (sampled tokens) matches the CPU reference running the same arm; tails are masked (nothing
+/// written past the last token). `DENSEFFN_GPU_TEST_SMALL=1`: small shapes.
+#[test]
+fn q4k_mmq_matches_cpu_reference() {
+    use denseffn::layer::{PrefillArm, PrefillConfig};
+    use denseffn::pack_q4k::Q4kHost;
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let ns: &[usize] = if small() {
+        &[1, 7, 64, 130]
+    } else {
+        &[1, 64, 512, 4096]
+    };
+    let nmax = *ns.iter().max().unwrap();
+    let on = PrefillConfig { q4k_mmq: true };
+    for (h, i) in shapes(&[(4096, 14336)])
+        .into_iter()
+        .filter(|&(h, i)| h % 256 == 0 && i % 256 == 0)
+    {
+        let host = HostLayer::random(h, i, (5 * h + i) as u64);
+        let x = activations(nmax * h, 97);
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let (mut cl, mut gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            cl.set_prefill_config(on);
+            gl.set_prefill_config(on);
+            cl.finalize_q4k_load(&cpu.clone(), h, i, 0).unwrap();
+            gl.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
+            assert_eq!(gl.prefill_arm().unwrap(), PrefillArm::Q4kMmq);
+            assert_eq!(gl.footprint(), cl.footprint());
+            if act == FfnActivation::Silu {
+                let (cm, gm) = (cl.q4k_mmq_copies().unwrap(), gl.q4k_mmq_copies().unwrap());
+                for (name, c, g) in [
+                    ("gate", &cm.gate, &gm.gate),
+                    ("up", &cm.up, &gm.up),
+                    ("down", &cm.down, &gm.down),
+                ] {
+                    let (cc, gc) = (c.codes.to_vec().unwrap(), g.codes.to_vec().unwrap());
+                    let (ch, gh) = (c.heads.to_vec().unwrap(), g.heads.to_vec().unwrap());
+                    let diff = cc.iter().zip(&gc).filter(|(a, b)| a != b).count()
+                        + ch.iter().zip(&gh).filter(|(a, b)| a != b).count();
+                    eprintln!(
+                        "({h}, {i}) {name}: requantized bytes differing GPU vs CPU: {diff} of {}",
+                        cc.len() + ch.len()
+                    );
+                    assert!(
+                        diff * 10_000 <= cc.len() + ch.len(),
+                        "{name}: {diff} bytes differ"
+                    );
+                    // And the GPU's copies decode as valid Q4_K.
+                    Q4kHost::from_mmq(g.rows, g.cols, &gc, &gh)
+                        .unwrap()
+                        .validate(name)
+                        .unwrap();
+                }
+            }
+            let mut cc = ForwardContext::new(&cl, 8).unwrap();
+            let mut gc = ForwardContext::new(&gl, nmax).unwrap();
+            let gx = upload_bf16(&gpu, &x);
+            let mut worst = 0.0f64;
+            for &n in ns {
+                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+                let before = gpu.launch_count();
+                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
+                assert_eq!(gpu.launch_count() - before, 4);
+                let got = download_bf16(&gpu, y, nmax * h);
+                assert!(
+                    got[..n * h].iter().all(|v| v.is_finite()),
+                    "({h},{i}) {act:?} N={n}: unwritten outputs"
+                );
+                assert!(
+                    got[n * h..].iter().all(|v| v.is_nan()),
+                    "({h},{i}) {act:?} N={n}: wrote past the last token"
+                );
+                let mut sample: Vec<usize> =
+                    vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
+                sample.retain(|&t| t < n);
+                sample.sort();
+                sample.dedup();
+                let xs: Vec<f32> = sample
+                    .iter()
+                    .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+                    .collect();
+                let want = download_bf16(
+                    &cpu,
+                    cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
+                        .unwrap(),
+                    sample.len() * h,
+                );
+                let got_s: Vec<f64> = sample
+                    .iter()
+                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+                    .collect();
+                let e = rel_l2(&got_s, &want);
+                worst = worst.max(e);
+                assert!(
+                    e <= 1e-2,
+                    "({h},{i}) {act:?} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
+                );
+            }
+            eprintln!("({h}, {i}) {act:?}: q4k_mmq N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
+        }
+    }
+}
+
+/// The load contract on the GPU: finalize_q4k_load, make the context, size a "KV cache" from
+/// the free memory `cuMemGetInfo` reports (all of it but 256 MiB) and allocate it; prefill and
+/// decode then allocate nothing (free memory does not drop) and the arm's result is right.
+#[test]
+fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
+    use denseffn::layer::{PrefillArm, PrefillConfig};
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
+    let host = HostLayer::random(h, i, 77);
+    let mut layer = host.layer(&gpu, FfnActivation::Silu);
+    layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    let baseline = layer.footprint().total();
+    let (free0, _) = gpu.mem_info().unwrap();
+    layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
+    let fp = layer.footprint();
+    assert_eq!((fp.total(), fp.t_copies), (baseline, 0));
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Q4kMmq);
+    let (free1, _) = gpu.mem_info().unwrap();
+    eprintln!(
+        "finalize_q4k_load: free {free0} -> {free1} bytes (MMQ copies {} bytes)",
+        fp.mmq_copies
+    );
+    let n = 512;
+    let mut ctx = ForwardContext::new(&layer, n).unwrap();
+    let x = activations(n * h, 78);
+    let xg = upload_bf16(&gpu, &x);
+    let (free, _) = gpu.mem_info().unwrap();
+    let slack = 256 << 20;
+    let kv = gpu.alloc(free - slack).unwrap();
+    let (before, _) = gpu.mem_info().unwrap();
+    let y = download_bf16(
+        &gpu,
+        layer.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
+        n * h,
+    );
+    layer.forward(xg, &mut ctx, 0).unwrap();
+    layer.forward_km(xg, 8, &mut ctx, 0).unwrap();
+    layer.forward_prefill(xg, 1, &mut ctx, 0).unwrap();
+    gpu.synchronize(0).unwrap();
+    let (after, _) = gpu.mem_info().unwrap();
+    assert!(
+        after >= before,
+        "free memory dropped from {before} to {after}: a call allocated"
+    );
+    assert!(y.iter().all(|v| v.is_finite()));
+    gpu.free(kv).unwrap();
+    eprintln!(
+        "KV cache of {} bytes took the free memory; prefill N={n} and decode allocated nothing",
+        free - slack
+    );
+}

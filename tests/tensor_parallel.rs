@@ -2,7 +2,7 @@
 //! shard; the sum of their outputs (the all-reduce) equals the unsharded FFN.
 mod common;
 use common::*;
-use denseffn::backend::{CpuBackend, GpuBackend};
+use denseffn::backend::{CpuBackend, DevicePtr, GpuBackend};
 use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext};
 use denseffn::reference::rel_l2;
 use denseffn::shard::shard_ffn;
@@ -164,4 +164,120 @@ fn every_format_shards_and_its_ranks_sum_to_the_ffn() {
         let e = host.shard(3).unwrap_err();
         assert!(e.to_string().contains(host.format()), "{e}");
     }
+}
+
+/// The run-time sharded layer: each rank's `ShardedFfnLayer` (its shard + a `CpuAllReduce` of
+/// the group) returns the whole FFN on every path, bit-identical on every rank, for every
+/// format and both activations.
+#[test]
+fn sharded_layers_all_reduce_to_the_ffn_on_every_path() {
+    use denseffn::layer::OverlayKind;
+    use denseffn::load::HostFfn;
+    use denseffn::tp::{shard_layers, AllReduce, CpuAllReduce, ShardedFfnLayer};
+    let (h, i, n) = (256usize, 1024usize, 11usize);
+    let x = activations(n * h, 71);
+    let nv = HostLayer::quantized(h, i, 72);
+    let mut hosts = vec![HostFfn::Nvfp4([nv.gate, nv.up, nv.down])];
+    for kind in [OverlayKind::Q2, OverlayKind::Fp8, OverlayKind::Bf16] {
+        hosts.push(OverlayHost::random(kind, h, i, 73).host_ffn());
+    }
+    hosts.push(OverlayHost::random(OverlayKind::Q4k, h, i, 74).host_ffn());
+    type Run = fn(&ShardedFfnLayer, DevicePtr, &mut ForwardContext) -> DevicePtr;
+    let paths: [(&str, usize, Run); 5] = [
+        ("forward", 1, |l, x, c| l.forward(x, c, 0).unwrap()),
+        ("forward_k2", 2, |l, x, c| l.forward_k2(x, c, 0).unwrap()),
+        ("forward_k3", 3, |l, x, c| l.forward_k3(x, c, 0).unwrap()),
+        ("forward_km", 5, |l, x, c| l.forward_km(x, 5, c, 0).unwrap()),
+        ("forward_prefill", 11, |l, x, c| {
+            l.forward_prefill(x, 11, c, 0).unwrap()
+        }),
+    ];
+    for host in &hosts {
+        let [g, u, d] = host.values();
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let want = denseffn::reference::ffn_f64(&g, &u, &d, h, i, &x, act);
+            for world in [1usize, 2, 4] {
+                let gpus: Vec<Arc<dyn GpuBackend>> = (0..world)
+                    .map(|_| Arc::new(CpuBackend::new()) as Arc<dyn GpuBackend>)
+                    .collect();
+                let comms = CpuAllReduce::group(&gpus)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| Box::new(c) as Box<dyn AllReduce>)
+                    .collect();
+                let ranks = shard_layers(host, act, &gpus, comms).unwrap();
+                assert!(ranks.iter().enumerate().all(|(r, l)| l.rank() == r
+                    && l.world_size() == world
+                    && l.layer().intermediate() == i / world));
+                let outs: Vec<Vec<Vec<f64>>> = std::thread::scope(|s| {
+                    let hs: Vec<_> = ranks
+                        .iter()
+                        .zip(&gpus)
+                        .map(|(rank, gpu)| {
+                            let x = &x;
+                            s.spawn(move || {
+                                let mut ctx = ForwardContext::new(rank.layer(), n).unwrap();
+                                let xs = upload_bf16(gpu, x);
+                                paths
+                                    .iter()
+                                    .map(|(_, t, run)| {
+                                        download_bf16(gpu, run(rank, xs, &mut ctx), t * h)
+                                    })
+                                    .collect()
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                for (p, (name, t, _)) in paths.iter().enumerate() {
+                    for r in 1..world {
+                        assert_eq!(outs[r][p], outs[0][p], "{name}: rank {r} differs");
+                    }
+                    let e = rel_l2(&outs[0][p], &want[..t * h]);
+                    assert!(
+                        e < 1e-2,
+                        "{} {act:?} world {world} {name}: rel L2 {e}",
+                        host.format()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A communicator group that does not match the backends, or a rank that disagrees on the
+/// count, is an error on every rank (none is left waiting).
+#[test]
+fn mismatched_groups_and_counts_are_errors() {
+    use denseffn::load::HostFfn;
+    use denseffn::tp::{shard_layers, AllReduce, CpuAllReduce};
+    let nv = HostLayer::quantized(128, 256, 75);
+    let host = HostFfn::Nvfp4([nv.gate, nv.up, nv.down]);
+    let gpus: Vec<Arc<dyn GpuBackend>> = (0..2)
+        .map(|_| Arc::new(CpuBackend::new()) as Arc<dyn GpuBackend>)
+        .collect();
+    let one = CpuAllReduce::group(&gpus[..1])
+        .unwrap()
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn AllReduce>)
+        .collect();
+    assert!(shard_layers(&host, FfnActivation::Silu, &gpus, one).is_err());
+    assert!(CpuAllReduce::group(&[]).is_err());
+    let comms = CpuAllReduce::group(&gpus).unwrap();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .zip(&gpus)
+            .enumerate()
+            .map(|(r, (c, gpu))| {
+                s.spawn(move || {
+                    let buf = upload_bf16(gpu, &activations(8, 76));
+                    let count = if r == 0 { 8 } else { 4 };
+                    c.all_reduce_bf16(buf, count, 0).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(errs.iter().all(|e| e.contains("all-reduce")), "{errs:?}");
 }

@@ -113,14 +113,19 @@ pub const GEMV_THREADS: u32 = 256;
 /// last-block flag (at 32), per-token per-warp reduction slots (64 f32 at 256).
 pub const GEMV_SMEM_HEADER: u32 = 512;
 
-/// Dynamic shared memory of one GEMV block: the header, the staged f16 activations of one split
-/// (`m × chunks × 64` halves, B-fragment order), and the raw f32 copy they are made from.
+/// Dynamic shared memory of one GEMV block: the header and the staged f16 activations of one
+/// split (`m × chunks × 64` halves, B-fragment order).
 pub const fn gemv_smem_bytes(m: u32, chunks_per_split: u32) -> u32 {
     GEMV_SMEM_HEADER + m * chunks_per_split * GEMV_SMEM_PER_TOKEN_CHUNK
 }
 
-/// Shared-memory bytes per token per 64-column chunk: 128 of f16 plus 256 of raw f32.
-pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = 64 * 2 + 64 * 4;
+/// 32-bit words one token's 64 staged f16 values of a chunk take: 32, padded to 36 so that the
+/// 8 lanes of a quarter-warp reading B fragments (16-byte loads of 2 tokens × 4 column pairs)
+/// hit distinct banks.
+pub const GEMV_TOKEN_WORDS: u32 = 36;
+
+/// Shared-memory bytes per token per 64-column chunk (64 f16 values, padded).
+pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = GEMV_TOKEN_WORDS * 4;
 
 /// Parameters of the elementwise activation kernels (`gelu_mul`, `silu_mul`):
 /// `out[i] = act(g[i]) * u[i]` for `i < len`, f32 in and out. Grid: `ceil(len / 1024)`,
@@ -206,9 +211,15 @@ pub const fn gemm_tokens_per_block(dual: bool) -> u32 {
     8 * if dual { GEMM_DUAL_NF } else { GEMM_SINGLE_NF }
 }
 
-/// Shared memory of one prefill GEMM block: two `tokens × 64`-column bf16 buffers.
+/// 32-bit words one token's 64 staged bf16 columns take in a prefill GEMM buffer: 32, padded
+/// to 34 so that the 16 lanes of a half-warp reading B fragments (8-byte loads of 4 tokens × 4
+/// column pairs) hit 16 distinct bank pairs instead of 4.
+pub const GEMM_TOKEN_WORDS: u32 = 34;
+
+/// Shared memory of one prefill GEMM block: two buffers of `tokens × 64` bf16 columns (each
+/// token padded to [`GEMM_TOKEN_WORDS`]).
 pub const fn gemm_smem_bytes(dual: bool) -> u32 {
-    2 * gemm_tokens_per_block(dual) * 64 * 2
+    2 * gemm_tokens_per_block(dual) * GEMM_TOKEN_WORDS * 4
 }
 
 /// LoRA ranks are padded on the device to a multiple of this (zero rows of `A`, zero columns
@@ -275,3 +286,112 @@ pub struct LoraShrinkParams {
 
 // SAFETY: repr(C), 7 u64 then 8 four-byte fields: no padding.
 unsafe impl ParamBlock for LoraShrinkParams {}
+
+/// Parameters of the Q4_K MMQ GEMM (`q4k_mmq_gate_up_act`, `q4k_mmq`): `Y[t][row] = Σ_k W[row][k]
+/// · X[t][k]` with W in the MMQ layout (`formats::q4k_mmq`: 16×256 tiles of fragment-ordered
+/// 4-bit codes plus ggml block headers) and X quantized per 32 values (`quantize_q8_32`: int8
+/// codes, f32 `(d, s)` pairs). Integer `m16n8k32` products per sub-block, scaled in f32 by
+/// `d·sc·dx`, minus `dmin·m·s`. With `w1 != 0` (gate+up) the epilogue writes `act(gate)·up`
+/// (`act`: 1 SiLU, 2 GELU-tanh). bf16 out `[tokens][n]`. Grid: (`ceil(n / mmq_rows_per_block(dual))`,
+/// `ceil(tokens / MMQ_TOKENS_PER_BLOCK)`); block 256 threads; shared memory [`MMQ_SMEM_BYTES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MmqParams {
+    /// MMQ codes of projection 0.
+    pub w0: u64,
+    /// MMQ block headers of projection 0.
+    pub h0: u64,
+    /// MMQ codes of projection 1 (0: single projection).
+    pub w1: u64,
+    /// MMQ block headers of projection 1.
+    pub h1: u64,
+    /// Activation codes, int8 `[tokens][k]` (each 32-block permuted, `q4k_mmq::q8_pos`).
+    pub xq: u64,
+    /// Activation `(d, s)` f32 pairs, `[tokens][k / 32]`.
+    pub xd: u64,
+    /// Output, bf16 `[tokens][n]`.
+    pub out: u64,
+    /// Output rows (multiple of 16).
+    pub n: u32,
+    /// Reduction length (multiple of 256).
+    pub k: u32,
+    /// Tokens (≥ 1).
+    pub tokens: u32,
+    /// Epilogue activation of the dual kernel: 1 SiLU, 2 GELU-tanh.
+    pub act: u32,
+}
+
+// SAFETY: repr(C), 7 u64 then 4 u32: no padding.
+unsafe impl ParamBlock for MmqParams {}
+
+/// Tokens per block of the MMQ GEMM (8 column fragments of 8 per warp).
+pub const MMQ_TOKENS_PER_BLOCK: u32 = 64;
+/// 16-row tiles per warp of the single-projection MMQ GEMM (the dual one has 1 per projection).
+pub const MMQ_SINGLE_RT: u32 = 2;
+/// Bytes between two tokens' staged activation codes in shared memory (256 + 32: the 8-byte
+/// B-fragment loads of a half-warp hit distinct banks).
+pub const MMQ_SMEM_TOKEN_STRIDE: u32 = 288;
+/// Shared memory of one MMQ block: two buffers of 64 tokens' codes (256 of a super-block each,
+/// padded) and `(d, s)` pairs (8 sub-blocks × 8 bytes).
+pub const MMQ_SMEM_BYTES: u32 = 2 * MMQ_TOKENS_PER_BLOCK * (MMQ_SMEM_TOKEN_STRIDE + 8 * 8);
+
+/// Rows per block of the MMQ GEMM (8 warps × 16 rows × tiles per warp).
+pub const fn mmq_rows_per_block(dual: bool) -> u32 {
+    8 * 16 * if dual { 1 } else { MMQ_SINGLE_RT }
+}
+
+/// Parameters of `quantize_q8_32`: bf16 `x` `[tokens][k]` → int8 codes `qs` (each 32-block
+/// permuted) and f32 `(d, s)` pairs `ds` (`formats::q4k_mmq`). One thread per 32 values; grid
+/// `ceil(tokens · k / 32 / 256)`, block 256 threads, no shared memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Q8Params {
+    /// Input, bf16 `[tokens][k]`.
+    pub x: u64,
+    /// Codes out, int8 `[tokens][k]`.
+    pub qs: u64,
+    /// Scales and sums out, f32 `[tokens][k / 32][2]`.
+    pub ds: u64,
+    /// Tokens (≥ 1).
+    pub tokens: u32,
+    /// Values per token (multiple of 32).
+    pub k: u32,
+}
+
+// SAFETY: repr(C), 3 u64 + 2 u32: no padding.
+unsafe impl ParamBlock for Q8Params {}
+
+/// Threads per block of `quantize_q8_32` and `requant_nvfp4_q4k`.
+pub const Q8_THREADS: u32 = 256;
+
+/// Parameters of `requant_nvfp4_q4k`: one NVFP4 matrix in the tiled layout (`formats::nvfp4`)
+/// → Q4_K in the MMQ layout (`formats::q4k_mmq`). One thread per 32-value sub-block, the 8 of a
+/// super-block in one aligned group of lanes; grid `ceil(rows · cols / 32 / 256)`, block 256
+/// threads, shared memory [`REQUANT_SMEM_BYTES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RequantParams {
+    /// NVFP4 tiled codes.
+    pub codes: u64,
+    /// NVFP4 tiled E4M3 scales.
+    pub scales: u64,
+    /// MMQ codes out.
+    pub dst_codes: u64,
+    /// MMQ block headers out.
+    pub dst_heads: u64,
+    /// NVFP4 global scale.
+    pub global: f32,
+    /// Rows (multiple of 16).
+    pub rows: u32,
+    /// Columns (multiple of 256).
+    pub cols: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+// SAFETY: repr(C), 4 u64 + 4 four-byte fields: no padding.
+unsafe impl ParamBlock for RequantParams {}
+
+/// Shared memory of `requant_nvfp4_q4k`: 32 f32 values per thread, then an f32 (scale, min)
+/// pair and a u32 of 6-bit (scale, min) per thread.
+pub const REQUANT_SMEM_BYTES: u32 = Q8_THREADS * (32 * 4 + 8 + 4);

@@ -44,6 +44,12 @@ pub(crate) const KERNELS: &[&str] = &[
     "q4k_gemm_gate_up_act",
     "q4k_gemm",
     "lora_shrink",
+    "gemm_nvfp4_t_lora_gate_up_act",
+    "gemm_nvfp4_t_lora_down",
+    "quantize_q8_32",
+    "q4k_mmq_gate_up_act",
+    "q4k_mmq",
+    "requant_nvfp4_q4k",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -89,6 +95,9 @@ impl Format {
 
 pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
     match l.kernel {
+        "quantize_q8_32" => super::cpu_mmq::quantize(mem, &params(l)?),
+        "requant_nvfp4_q4k" => super::cpu_mmq::requant(mem, &params(l)?),
+        "q4k_mmq_gate_up_act" | "q4k_mmq" => super::cpu_mmq::gemm(mem, &params(l)?),
         k if k.contains("gemv") => gemv(mem, &params(l)?, format_of(k)),
         k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),

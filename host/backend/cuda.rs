@@ -16,6 +16,7 @@ use std::sync::Mutex;
 /// One CUDA device (its primary context) with the embedded module loaded.
 pub struct CudaBackend {
     ctx: sys::CUcontext,
+    ordinal: i32,
     module: sys::CUmodule,
     functions: Mutex<HashMap<String, Option<usize>>>,
     name: String,
@@ -82,6 +83,7 @@ impl CudaBackend {
             .map_err(|e| Error::Driver(format!("loading the PTX module: {e:?}")))?;
         Ok(CudaBackend {
             ctx,
+            ordinal,
             module,
             functions: Mutex::new(HashMap::new()),
             name,
@@ -91,6 +93,17 @@ impl CudaBackend {
             capturing: Mutex::new(HashMap::new()),
             graphs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Makes this backend's context current on the calling thread (for libraries, such as
+    /// NCCL, that work on the current context).
+    pub fn make_current(&self) -> Result<()> {
+        self.current()
     }
 
     fn current(&self) -> Result<()> {

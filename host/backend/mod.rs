@@ -5,6 +5,7 @@
 //! reference: it executes the same [`Launch`]es with plain Rust math on host memory).
 mod cpu;
 pub(crate) mod cpu_kernels;
+mod cpu_mmq;
 mod cuda;
 pub mod graph;
 

@@ -3,7 +3,7 @@
 //! `nvfp4_lora16` / `nvfp4_lora64` are the NVFP4 layer with LoRA deltas of that rank: beside the
 //! `nvfp4` rows they give LoRA's overhead per path.
 use super::synth;
-use crate::layer::{DenseFfnLayer, OverlayKind};
+use crate::layer::{DenseFfnLayer, OverlayKind, PrefillConfig};
 use crate::Result;
 use rand::rngs::SmallRng;
 
@@ -29,7 +29,14 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "q4k", ggml: "q4_K", install: |l, r| overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights), remove: |l| l.clear_overlay(OverlayKind::Q4k) },
     BenchFormat { name: "nvfp4_lora16", ggml: "nvfp4", install: |l, r| lora(l, r, 16), remove: DenseFfnLayer::clear_lora },
     BenchFormat { name: "nvfp4_lora64", ggml: "nvfp4", install: |l, r| lora(l, r, 64), remove: DenseFfnLayer::clear_lora },
+    BenchFormat { name: "q4k_mmq", ggml: "q4_K", install: q4k_mmq, remove: |l| { l.clear_overlay(OverlayKind::Q4k); l.set_prefill_config(PrefillConfig::default()) } },
 ];
+
+/// Native Q4_K weights installed with the `q4k_mmq` prefill arm enabled (decode as `q4k`).
+fn q4k_mmq(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
+    l.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights)
+}
 
 /// The format named `name`.
 pub fn find(name: &str) -> Option<&'static BenchFormat> {

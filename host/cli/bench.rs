@@ -215,7 +215,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     .push(Err((format!("{} {}", shape.name, f.name), why)));
                 continue;
             }
-            // Made after the install: a LoRA layer's prefill scratch is sized by its rank.
+            // Made per format: a format may change what the context holds (q4k_mmq's scratch, a
+            // LoRA layer's prefill scratch, sized by its rank).
             let mut ctx = ForwardContext::new(&layer, max_tokens)?;
             let bytes = formats::weight_bytes(&layer) as f64;
             let ggml_gbs = |m| ggml_at(&report.ggml, f.ggml, Unit::GBps, m);

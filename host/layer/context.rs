@@ -21,7 +21,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// workspace; split-K counters (zero between launches: each launch's last block resets them);
 /// LoRA scratch (`lora_shrink`'s results f32 `[3][tokens][rank]` for up to 8 tokens at any
 /// rank — and for `max_tokens` at the layer's LoRA rank when it has one at creation — its
-/// split-K partials, 128 KiB, and counters).
+/// split-K partials, 128 KiB, and counters); and
+/// when the layer has the `q4k_mmq` arm enabled, its int8 scratch: `max_tokens · max(h, i)` code
+/// bytes and 8 bytes of `(d, s)` per 32 values. Everything is allocated here: no call allocates.
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -34,6 +36,8 @@ pub struct ForwardContext {
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
     pub(crate) lora: super::lora::LoraScratch,
+    /// The `q4k_mmq` arm's int8 scratch (when the layer enabled the arm before this was made).
+    pub(crate) mmq: Option<super::mmq::MmqScratch>,
 }
 
 impl ForwardContext {
@@ -69,6 +73,11 @@ impl ForwardContext {
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
+            mmq: if layer.prefill_config().q4k_mmq {
+                Some(super::mmq::MmqScratch::new(gpu, max_tokens, h.max(i))?)
+            } else {
+                None
+            },
         })
     }
 
@@ -97,5 +106,6 @@ impl ForwardContext {
         .map(|b| b.len())
         .sum::<usize>()
             + self.lora.bytes()
+            + self.mmq.as_ref().map_or(0, |m| m.bytes())
     }
 }

@@ -9,9 +9,10 @@ pub struct Footprint {
     pub decode_weights: usize,
     /// The prefill `_t` copies still held (the finalize paths free them).
     pub t_copies: usize,
-    /// Load-time materialized copies for MMQ prefill arms (none exist yet: always 0).
+    /// Load-time materialized copies for MMQ prefill arms: the Q4_K MMQ copies of an NVFP4
+    /// layer (`finalize_q4k_load`) and of installed native Q4_K weights.
     pub mmq_copies: usize,
-    /// Overlay weights (Q2_0, Q4_K, FP8, BF16).
+    /// Overlay weights (FP8, BF16, Q2_0, Q4_K tiles).
     pub overlays: usize,
     /// LoRA matrices ([`super::DenseFfnLayer::set_lora_weights`]): bf16 `A` and `B` of gate,
     /// up and down at the rank padded to 16.
@@ -34,7 +35,7 @@ impl DenseFfnLayer {
             t_copies: w.t_bytes(),
             overlays: self.overlays.bytes(),
             lora: self.lora_bytes(),
-            ..Default::default()
+            mmq_copies: self.mmq.as_ref().map_or(0, |m| m.bytes()) + self.overlays.mmq_bytes(),
         }
     }
 }

@@ -6,8 +6,8 @@
 //! (so no scaling is needed) — with the rank padded to a multiple of 16 by zero rows of `A` and
 //! zero columns of `B`. Per projection the delta costs one `lora_shrink` launch (`ax =
 //! (alpha/rank)·A·x`, shared by gate and up, which read the same `x`) and nothing else: the
-//! expansion `B·ax` runs in the epilogue of the GEMV / GEMM that computes `W·x`
-//! (`device/src/kernels/lora.rs`). So every NVFP4 path launches exactly 2 kernels more with
+//! expansion `B·ax` runs in the epilogue of the GEMV / GEMM that computes `W·x` (the prefill
+//! GEMMs' `_lora` entry points; `device/src/kernels/lora.rs`). So every NVFP4 path launches exactly 2 kernels more with
 //! LoRA: `forward` 4 (SiLU) / 5 (GELU), `forward_k2`/`k3` 5, `forward_km` 6, prefill 4. The
 //! GEMV/GEMM right after a shrink is launched as its programmatic dependent
 //! ([`crate::backend::GpuBackend::launch_dependent`]), so the shrink overlaps its main loop.
@@ -259,7 +259,9 @@ impl DenseFfnLayer {
     ///
     /// Refused (`Error::Unsupported`, naming the overlay) while a Q2_0, Q4_K, FP8 or BF16
     /// overlay is installed (their paths do not apply the deltas; LoRA is for NVFP4 weights
-    /// only) and for placeholder NVFP4 weights. Checked: rank 1..=[`MAX_LORA_RANK`], every
+    /// only), for placeholder NVFP4 weights, and after `finalize_q4k_load` made Q4_K MMQ copies
+    /// (that arm does not apply them either; `finalize_q4k_load` is refused while LoRA is
+    /// installed). Checked: rank 1..=[`MAX_LORA_RANK`], every
     /// shape (`a` `[rank, in]`, `b` `[out, rank]` of the layer's projections), every value and
     /// `alpha` finite. Replaces an earlier LoRA. Transactional: on any error (including out of
     /// memory) the layer is exactly as it was. Device bytes: `2·pad·(3·hidden + 3·inter)`
@@ -278,6 +280,11 @@ impl DenseFfnLayer {
         if self.weights.placeholder {
             return Err(Error::Unsupported(
                 "set_lora_weights: the layer holds placeholder NVFP4 weights; LoRA applies to real NVFP4 weights only".into(),
+            ));
+        }
+        if self.mmq.is_some() {
+            return Err(Error::Unsupported(
+                "set_lora_weights: finalize_q4k_load made this layer's prefill run the q4k_mmq arm (and freed the `_t` copies), which does not apply LoRA deltas".into(),
             ));
         }
         if !(1..=MAX_LORA_RANK).contains(&w.rank) {

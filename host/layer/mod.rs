@@ -3,6 +3,7 @@
 mod context;
 mod footprint;
 mod lora;
+mod mmq;
 mod overlay;
 pub mod plan;
 mod prefill;
@@ -11,6 +12,7 @@ mod weights;
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
 pub use lora::{LoraFfnWeights, LoraProjection, ShrinkPlan, MAX_LORA_RANK};
+pub use mmq::{kernels as mmq_kernels, MmqCopies, MmqWeight, PrefillConfig, MMQ_ENV};
 pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
@@ -61,6 +63,10 @@ pub mod kernels {
     /// LoRA shrink `ax = (alpha/rank)·A·x` of gate+up or of down (with LoRA installed, once
     /// before gate+up and once before down on every path).
     pub const LORA_SHRINK: &str = "lora_shrink";
+    /// The prefill GEMMs of a LoRA layer (`nvfp4_t_m128` arm): gate+up and down with the
+    /// `B·ax` expansion in their epilogues (separate entry points, so the plain ones keep their
+    /// registers and occupancy).
+    pub const LORA_GEMMS: [&str; 2] = ["gemm_nvfp4_t_lora_gate_up_act", "gemm_nvfp4_t_lora_down"];
 }
 
 /// The decode / verify / km kernels of one weight set (NVFP4 or an overlay format).
@@ -186,6 +192,9 @@ pub struct DenseFfnLayer {
     gpu: Arc<dyn GpuBackend>,
     overlays: overlay::Overlays,
     lora: Option<lora::LoraDevice>,
+    prefill_config: PrefillConfig,
+    /// The NVFP4 layer's Q4_K MMQ copies (from `finalize_q4k_load`).
+    mmq: Option<MmqCopies>,
 }
 
 impl DenseFfnLayer {
@@ -219,6 +228,8 @@ impl DenseFfnLayer {
             gpu,
             overlays: Default::default(),
             lora: None,
+            prefill_config: PrefillConfig::from_env(),
+            mmq: None,
         })
     }
 

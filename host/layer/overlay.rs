@@ -107,10 +107,12 @@ pub struct Overlay {
     pub up: TiledWeight,
     /// Down `[hidden, intermediate]`.
     pub down: TiledWeight,
+    /// Q4_K MMQ copies (native Q4_K weights installed while the `q4k_mmq` arm was enabled).
+    pub mmq: Option<super::MmqCopies>,
 }
 
 impl Overlay {
-    /// Bytes on the device.
+    /// Bytes of the tiled weights on the device (the MMQ copies are counted apart).
     pub fn bytes(&self) -> usize {
         self.gate.bytes() + self.up.bytes() + self.down.bytes()
     }
@@ -149,6 +151,15 @@ impl Overlays {
             .iter()
             .filter_map(|o| o.as_ref())
             .map(|o| o.bytes())
+            .sum()
+    }
+
+    /// Bytes of the overlays' MMQ copies.
+    pub fn mmq_bytes(&self) -> usize {
+        [&self.q2, &self.q4k, &self.fp8, &self.bf16]
+            .iter()
+            .filter_map(|o| o.as_ref()?.mmq.as_ref())
+            .map(|m| m.bytes())
             .sum()
     }
 }
@@ -230,12 +241,25 @@ impl DenseFfnLayer {
     /// Decode, verify and km run `q4k_gemv*`, prefill `q4k_gemm*` (dequantize-to-bf16 tensor-core
     /// GEMM). Activations stay bf16 (staged as power-of-two-scaled f16), no int8 quantization.
     /// Refused while LoRA deltas are installed (LoRA is for NVFP4 weights only).
+    /// With the `q4k_mmq` arm enabled ([`super::PrefillConfig`]) the blocks are also uploaded
+    /// re-laid for it (losslessly, 4.5 bits a value), and prefill runs `q4k_mmq` instead.
     pub fn set_q4k_weights(
         &mut self,
         gate: &Q4kWeight,
         up: &Q4kWeight,
         down: &Q4kWeight,
     ) -> Result<()> {
+        let shapes = [
+            (gate.rows, gate.cols),
+            (up.rows, up.cols),
+            (down.rows, down.cols),
+        ];
+        let (h, i) = (self.hidden(), self.intermediate());
+        let mmq = if shapes == [(i, h), (i, h), (h, i)] {
+            self.q4k_mmq_for_install(gate, up, down)?
+        } else {
+            None // `install` reports the shape error
+        };
         self.install(
             OverlayKind::Q4k,
             [
@@ -247,7 +271,11 @@ impl DenseFfnLayer {
                     TiledHost::from_q4k(n, down)
                 }),
             ],
-        )
+        )?;
+        if let Some(o) = self.overlays.q4k.as_mut() {
+            o.mmq = mmq;
+        }
+        Ok(())
     }
 
     /// Removes an overlay (no-op if absent); dispatch falls back to the next in priority.
@@ -328,6 +356,7 @@ impl DenseFfnLayer {
             gate,
             up,
             down,
+            mmq: None,
         });
         Ok(())
     }

@@ -5,12 +5,18 @@
 //! | priority | arm | runs when | kernels |
 //! |---|---|---|---|
 //! | 1 | `q2_0_gemm` | a Q2_0 overlay is installed | `q2_0_gemm_gate_up_act`, `q2_0_gemm` |
-//! | 2 | `q4k_gemm` | native Q4_K weights are installed | `q4k_gemm_gate_up_act`, `q4k_gemm` |
-//! | 2b | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
-//! | 3a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
-//! | 3b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
-//! | 4 | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` (with LoRA: `lora_shrink` before each) |
+//! | 2a | `q4k_mmq` | native Q4_K weights are installed, the MMQ arm is enabled and they have MMQ copies | `quantize_q8_32`, `q4k_mmq_gate_up_act`, `quantize_q8_32`, `q4k_mmq` |
+//! | 2b | `q4k_gemm` | native Q4_K weights are installed | `q4k_gemm_gate_up_act`, `q4k_gemm` |
+//! | 3 | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
+//! | 4a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
+//! | 4b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
+//! | 5a | `q4k_mmq` | no overlay, the MMQ arm is enabled and `finalize_q4k_load` made the Q4_K copies | as 2a |
+//! | 5b | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` (with LoRA: `lora_shrink`, `gemm_nvfp4_t_lora_gate_up_act`, `lora_shrink`, `gemm_nvfp4_t_lora_down`) |
 //! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
+//!
+//! The MMQ arm (`q4k_mmq`, `super::mmq`) is enabled by `PrefillConfig::q4k_mmq` or
+//! `DENSEFFN_FFN_MMQ=1`; it quantizes activations per 32 to int8 and multiplies on integer
+//! tensor cores: 4 launches (quantize, gate+up with the activation fused, quantize, down), any N.
 //!
 //! Every GEMM arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different
 //! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
@@ -41,6 +47,9 @@ pub enum PrefillArm {
     Fp8Gemm,
     /// The same GEMM over the BF16 overlay's f16 tiles.
     Bf16Gemm,
+    /// Int8 activations × Q4_K MMQ copies on integer tensor cores (`mma.m16n8k32` s8): quantize,
+    /// gate+up with the activation fused, quantize, down; 4 launches.
+    Q4kMmq,
     /// N ≤ 8 on a BF16 layer: the BF16 tensor-core GEMV over all N rows at once.
     Bf16GemvM8,
 }
@@ -55,6 +64,7 @@ impl PrefillArm {
             PrefillArm::Fp8Gemm => "w8a16_gemm",
             PrefillArm::Bf16Gemm => "bf16_gemm",
             PrefillArm::Bf16GemvM8 => "bf16_gemv_m8",
+            PrefillArm::Q4kMmq => "q4k_mmq",
         }
     }
 
@@ -68,6 +78,12 @@ impl PrefillArm {
             PrefillArm::Fp8Gemm => &["w8a16_gemm_gate_up_act", "w8a16_gemm"],
             PrefillArm::Bf16Gemm => &["bf16_gemm_gate_up_act", "bf16_gemm"],
             PrefillArm::Bf16GemvM8 => &["bf16_gemv_gate_up", "bf16_gemv"],
+            PrefillArm::Q4kMmq => &[
+                super::mmq_kernels::QUANTIZE,
+                super::mmq_kernels::GATE_UP,
+                super::mmq_kernels::QUANTIZE,
+                super::mmq_kernels::DOWN,
+            ],
         }
     }
 }
@@ -91,7 +107,10 @@ impl DenseFfnLayer {
     pub fn prefill_kernels(&self, num_tokens: usize) -> Vec<&'static str> {
         match self.prefill_arm_for(num_tokens) {
             Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
-            Ok(arm) => self.with_lora(&arm.kernels()[..1], &arm.kernels()[1..]),
+            Ok(arm) => {
+                let k = self.arm_kernels(arm);
+                self.with_lora(&k[..1], &k[1..])
+            }
             Err(_) => Vec::new(),
         }
     }
@@ -99,16 +118,24 @@ impl DenseFfnLayer {
     /// The arm [`DenseFfnLayer::forward_prefill`] would run now for more than 8 tokens (the
     /// dispatch table above).
     pub fn prefill_arm(&self) -> Result<PrefillArm> {
+        let mmq = self.prefill_config().q4k_mmq && self.has_q4k_mmq_copies();
         match self.active_overlay() {
             Some(OverlayKind::Q2) => return Ok(PrefillArm::Q2Gemm),
+            Some(OverlayKind::Q4k) if mmq => return Ok(PrefillArm::Q4kMmq),
             Some(OverlayKind::Q4k) => return Ok(PrefillArm::Q4kGemm),
             Some(OverlayKind::Fp8) => return Ok(PrefillArm::Fp8Gemm),
             Some(OverlayKind::Bf16) => return Ok(PrefillArm::Bf16Gemm),
             None => {}
         }
+        if mmq {
+            return Ok(PrefillArm::Q4kMmq);
+        }
         let w = self.weights();
         if w.gate_t.is_some() && w.up_t.is_some() && w.down_t.is_some() {
             return Ok(PrefillArm::Nvfp4TM128);
+        }
+        if self.has_q4k_mmq_copies() {
+            return Err(Error::Unsupported("prefill: the NVFP4 `_t` copies were freed by finalize_q4k_load and the q4k_mmq arm that replaces them is disabled (PrefillConfig::q4k_mmq)".into()));
         }
         Err(Error::Unsupported("prefill: no arm fits this layer (the NVFP4 `_t` copies were freed and no other prefill weights are installed)".into()))
     }
@@ -136,6 +163,8 @@ impl DenseFfnLayer {
         };
         if arm == PrefillArm::Bf16GemvM8 {
             self.decode_into(input, ctx.out.ptr(), num_tokens, ctx, stream)?;
+        } else if arm == PrefillArm::Q4kMmq {
+            self.prefill_mmq(input, num_tokens, ctx, stream)?;
         } else {
             let (gate, up, down) = self.prefill_weights(arm)?;
             self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
@@ -162,6 +191,9 @@ impl DenseFfnLayer {
             PrefillArm::Q4kGemm => overlay(OverlayKind::Q4k),
             PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
             PrefillArm::Bf16Gemm | PrefillArm::Bf16GemvM8 => overlay(OverlayKind::Bf16),
+            PrefillArm::Q4kMmq => Err(Error::Unsupported(
+                "prefill: the q4k_mmq arm reads MMQ copies, not tiles".into(),
+            )),
             PrefillArm::Nvfp4TM128 => {
                 let w = self.weights();
                 match (&w.gate_t, &w.up_t, &w.down_t) {
@@ -186,7 +218,7 @@ impl DenseFfnLayer {
             FfnActivation::Silu => 1,
             FfnActivation::Gelu => 2,
         };
-        let kernels = arm.kernels();
+        let kernels = self.arm_kernels(arm);
         let mut gu = GemmParams {
             w1: up.codes,
             s1: up.scales,
@@ -202,6 +234,14 @@ impl DenseFfnLayer {
         let mut dp = gemm_params(&down, a, ctx.out.ptr(), n);
         self.lora_gemm(&mut dp, LoraSlot::Down, n, ctx);
         self.launch_gemm(kernels[1], &dp, stream)
+    }
+
+    /// The kernels of `arm` without the shrinks: a LoRA layer's NVFP4 arm runs the `_lora` GEMMs.
+    fn arm_kernels(&self, arm: PrefillArm) -> &'static [&'static str] {
+        match arm {
+            PrefillArm::Nvfp4TM128 if self.lora_rank().is_some() => &super::kernels::LORA_GEMMS,
+            arm => arm.kernels(),
+        }
     }
 
     /// Launches one GEMM; with LoRA as the programmatic dependent of the `lora_shrink` right

@@ -307,6 +307,27 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
             }
             gpu.synchronize(0).unwrap();
         }
+        // The Q4_K MMQ arm: an NVFP4 layer finalized for it (requantization at load), and
+        // native Q4_K weights installed with it enabled.
+        let on = denseffn::layer::PrefillConfig { q4k_mmq: true };
+        for native in [false, true] {
+            let mut layer = host.layer(gpu, act);
+            layer.set_prefill_config(on);
+            if native {
+                OverlayHost::random(OverlayKind::Q4k, h, i, 104)
+                    .install(&mut layer)
+                    .unwrap();
+            } else {
+                layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
+                seen.insert(denseffn::layer::mmq_kernels::REQUANT);
+            }
+            let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+            for n in [5, 64] {
+                seen.extend(layer.prefill_kernels(n));
+                layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
+            }
+            gpu.synchronize(0).unwrap();
+        }
     }
     denseffn::backend::CpuBackend::kernels()
         .iter()

@@ -1,8 +1,8 @@
-//! `cargo xtask gpu-bundle`: builds every test and bench binary (release) and the release
-//! `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
-//! machine that has a GPU but no Rust.
+//! `cargo xtask gpu-bundle [--gpu-only]`: builds every test and bench binary (release) and the
+//! release `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
+//! machine that has a GPU but no Rust (`--gpu-only`: only the GPU tests and the CLI).
 //!
-//! There: `bash gpu-bundle/run.sh [tests|bench|all]` runs them, writing logs and the bench
+//! There: `bash gpu-bundle/run.sh [tests|gpu-tests|bench|all|sanitize]` runs them, writing logs and the bench
 //! table under `$OUT` (default `gpu-bundle/out`); `bash gpu-bundle/run.sh report [ARGS]` runs
 //! `denseffn bench ARGS --out $OUT/report` (tables and plots).
 use std::fs;
@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 fn main() {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "gpu-bundle" => gpu_bundle(),
+        "gpu-bundle" => gpu_bundle(std::env::args().nth(2).as_deref() == Some("--gpu-only")),
         _ => {
-            eprintln!("usage: cargo xtask gpu-bundle");
+            eprintln!("usage: cargo xtask gpu-bundle [--gpu-only]");
             std::process::exit(2);
         }
     }
@@ -65,7 +65,9 @@ fn built_executables(args: &[&str], test_profile: bool) -> Vec<(String, String, 
     v
 }
 
-fn gpu_bundle() {
+/// `gpu_only`: just the GPU test binaries (`tests/gpu*.rs`) and the CLI, which stay well
+/// inside the device tool's 64 MiB carry limit that the whole bundle nears.
+fn gpu_bundle(gpu_only: bool) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -84,10 +86,14 @@ fn gpu_bundle() {
         ],
         true,
     );
-    exes.extend(built_executables(
-        &["bench", "--no-run", "--package", "denseffn"],
-        true,
-    ));
+    if gpu_only {
+        exes.retain(|(kind, name, _)| kind == "test" && name.starts_with("gpu"));
+    } else {
+        exes.extend(built_executables(
+            &["bench", "--no-run", "--package", "denseffn"],
+            true,
+        ));
+    }
     for (kind, name, exe) in &exes {
         let file = match kind.as_str() {
             "bench" => format!("bench-{name}"),
@@ -118,7 +124,8 @@ fn gpu_bundle() {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|bench|all|sanitize|report]
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|gpu-tests|bench|all|sanitize|report]
+# gpu-tests: only the GPU test binaries (tests/gpu*.rs), the rest being CPU tests CI runs anyway.
 # report [ARGS]: `denseffn bench ARGS --out $OUT/report` (bench.md, bench.json, SVG plots; all
 # shapes and formats by default, e.g. `run.sh report --quick --shapes 8b`; ARGS must not repeat
 # --backend or --out), its output in $OUT/report.log.
@@ -129,13 +136,23 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"; mkdir -p "$out"
 mode="${1:-all}"
 [ $# -gt 0 ] && shift
-# cuBLAS for the bench anchors (cudarc loads it at run time): PyTorch's wheel carries one.
-lib="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '*/proc/*' 2>/dev/null | head -n 1)"
+# cuBLAS for the bench anchors and NCCL for the tensor-parallel test (cudarc loads both at run
+# time): PyTorch's wheels carry them. cudarc looks for `libnccl.so`, the wheel has
+# `libnccl.so.2`: a link in a folder of our own bridges the names. NVLink multicast stays off.
+libs="$(find / -xdev \( -name 'libcublas.so.1[0-9]*' -o -name 'libnccl.so.2*' \) -not -path '/proc/*' 2>/dev/null)"
+lib="$(echo "$libs" | grep libcublas | head -n 1)"
 [ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+nccl="$(echo "$libs" | grep libnccl | head -n 1)"
+if [ -n "$nccl" ]; then
+  mkdir -p /tmp/denseffn-nccl && ln -sf "$nccl" /tmp/denseffn-nccl/libnccl.so
+  export LD_LIBRARY_PATH="/tmp/denseffn-nccl:${LD_LIBRARY_PATH:-}"
+fi
+export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 rc=0
-if [ "$mode" = tests ] || [ "$mode" = all ]; then
-  for t in "$here"/bin/test-*; do
+if [ "$mode" = tests ] || [ "$mode" = all ] || [ "$mode" = gpu-tests ]; then
+  pattern="test-*"; [ "$mode" = gpu-tests ] && pattern="test-gpu*"
+  for t in "$here"/bin/$pattern; do
     echo "== $(basename "$t")" | tee -a "$out/tests.log"
     "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$out/tests.log" || rc=1
   done

@@ -136,3 +136,25 @@ pub fn hfma2(a: u32, b: u32, c: u32) -> u32 {
     };
     r
 }
+
+/// `a·b + c` in f32, rounded once (`fma.rn.f32`).
+#[inline(always)]
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(nostack, pure, nomem))
+    };
+    r
+}
+
+/// f16 bits (the low 16 bits of `h`) to f32, exactly (`cvt.f32.f16`).
+#[inline(always)]
+pub fn f16_to_f32_bits(h: u32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("{{ .reg .b16 t; cvt.u16.u32 t, {h}; cvt.f32.f16 {r}, t; }}", r = out(reg32) r, h = in(reg32) h, options(nostack, pure, nomem))
+    };
+    r
+}

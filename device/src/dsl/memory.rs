@@ -44,6 +44,24 @@ pub unsafe fn st_cg_f32(p: *mut f32, v: f32) {
     asm!("st.global.cg.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
 }
 
+/// `st.global.v4.u32`: 16 bytes.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte-aligned global address.
+#[inline(always)]
+pub unsafe fn st_global_v4(p: *mut u8, v: [u32; 4]) {
+    asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
+}
+
+/// `st.global.v2.u32`: 8 bytes.
+///
+/// # Safety
+/// `p` must be a valid, 8-byte-aligned global address.
+#[inline(always)]
+pub unsafe fn st_global_v2(p: *mut u8, v: [u32; 2]) {
+    asm!("st.global.v2.u32 [{p}], {{{a}, {b}}};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], options(nostack));
+}
+
 /// A 32-bit offset into the block's dynamic shared-memory window.
 #[derive(Clone, Copy)]
 pub struct Smem(pub u32);
@@ -71,6 +89,24 @@ impl Smem {
     #[inline(always)]
     pub unsafe fn st_u32(self, v: u32) {
         asm!("st.shared.u32 [{a}], {v};", a = in(reg32) self.0, v = in(reg32) v, options(nostack));
+    }
+
+    /// Stores 16 bytes.
+    ///
+    /// # Safety
+    /// As [`Smem::st_u32`], 16-byte aligned.
+    #[inline(always)]
+    pub unsafe fn st_v4(self, v: [u32; 4]) {
+        asm!("st.shared.v4.u32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg32) self.0, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3], options(nostack));
+    }
+
+    /// Stores 8 bytes.
+    ///
+    /// # Safety
+    /// As [`Smem::st_u32`], 8-byte aligned.
+    #[inline(always)]
+    pub unsafe fn st_v2(self, v: [u32; 2]) {
+        asm!("st.shared.v2.u32 [{a}], {{{x}, {y}}};", a = in(reg32) self.0, x = in(reg32) v[0], y = in(reg32) v[1], options(nostack));
     }
 
     /// Stores an f32.

@@ -5,4 +5,5 @@ pub mod e4m3;
 pub mod nvfp4;
 pub mod q2_0;
 pub mod q4k;
+pub mod q4k_mmq;
 pub mod tiles;

@@ -106,6 +106,23 @@ pub fn decode_tile(codes: &[u8], scales: &[u8], out: &mut [[f32; TILE_K]; TILE_R
     }
 }
 
+/// Value (`row`, `col`) of an NVFP4 matrix in the tiled layout, global scale included (the
+/// same product as `modelopt_value`).
+#[inline(always)]
+pub fn tiled_value(
+    codes: &[u8],
+    scales: &[u8],
+    global: f32,
+    k_tiles: usize,
+    row: usize,
+    col: usize,
+) -> f32 {
+    let (off, slot) = tiled_code_pos(row, col, k_tiles);
+    let w = u32::from_le_bytes([codes[off], codes[off + 1], codes[off + 2], codes[off + 3]]);
+    let s = e4m3::decode(scales[tiled_scale_pos(row, col, k_tiles)]);
+    e2m1::decode(get_slot(w, slot)) * s * global
+}
+
 /// The code of element (`row`, `col`) in the ModelOpt layout (`cols` columns).
 #[inline]
 pub fn modelopt_code(codes: &[u8], cols: usize, row: usize, col: usize) -> u8 {

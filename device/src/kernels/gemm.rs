@@ -14,7 +14,7 @@ use super::gemv::silu;
 use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
-use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF};
+use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF, GEMM_TOKEN_WORDS};
 
 const WARPS: u32 = 8;
 
@@ -66,14 +66,15 @@ impl Stager {
     }
 
     /// Stores the pairs from [`Stager::load`] in B-fragment order: a token's 64 columns become 32
-    /// words `[tq][q]`, `q` = 2·step + (second half of the step).
+    /// words `[tq][q]`, `q` = 2·step + (second half of the step), at a token stride of
+    /// [`GEMM_TOKEN_WORDS`] words.
     #[inline(always)]
     unsafe fn store<const NF: usize>(&self, buf: Smem, v: [[u32; 4]; 2]) {
         unroll8!(I => {
             if I < NF {
                 let kk = self.col0 + 2 * I as u32;
                 let (j, r) = (kk / 16, kk % 16);
-                let word = (self.tn * 4 + (r % 8) / 2) * 8 + 2 * j + r / 8;
+                let word = self.tn * GEMM_TOKEN_WORDS + ((r % 8) / 2) * 8 + 2 * j + r / 8;
                 buf.add(word * 4).st_u32(v[I / 4][I % 4]);
             }
         });
@@ -81,10 +82,10 @@ impl Stager {
 }
 
 #[inline(always)]
-unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
+unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p: &GemmParams) {
     const RT: usize = GEMM_RT as usize;
     let smem = Smem::base();
-    let buf_bytes = 8 * NF as u32 * TILE_K as u32 * 2;
+    let buf_bytes = 8 * NF as u32 * GEMM_TOKEN_WORDS * 4;
     let (g, tq) = (lane() / 4, lane() % 4);
     let rt0 = (block_x() * WARPS + warp_id()) * RT as u32;
     let row_tiles = p.n / TILE_ROWS as u32;
@@ -137,7 +138,8 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
             });
             unroll8!(F => {
                 if F < NF {
-                    let b = buf.add((((8 * F as u32 + g) * 4 + tq) * 8 + 2 * j) * 4).ld_v2();
+                    let word = (8 * F as u32 + g) * GEMM_TOKEN_WORDS + tq * 8 + 2 * j;
+                    let b = buf.add(word * 4).ld_v2();
                     unroll4!(R, 0 => {
                         if R < RT {
                             acc0[R][F] = mma_bf16_f32(f0[R], b, acc0[R][F]);
@@ -156,9 +158,10 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
         a0 = n0;
         a1 = n1;
     }
-    // LoRA: scale the accumulators now and add the `B·ax` deltas (before the activation).
+    // LoRA (the `_lora` entry points only, so the others keep their registers): scale the
+    // accumulators now and add the `B·ax` deltas (before the activation).
     let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
-    if p.lora_rank != 0 {
+    if LORA && p.lora_rank != 0 {
         let at = (rt0, row_tiles, tok0);
         super::lora::gemm_delta::<RT, NF>(p, 0, at, &mut acc0, s0);
         if DUAL {
@@ -194,14 +197,27 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize>(p: &GemmParams) {
 /// Block: 256 rows × `8·GEMM_DUAL_NF` tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }>(&p)
+    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, false>(&p)
 }
 
 /// Prefill down projection over the `_t` copies: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF`
 /// tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }>(&p)
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false>(&p)
+}
+
+/// `gemm_nvfp4_t_gate_up_act` with LoRA deltas: `scale·B·ax` added to gate and up before the
+/// activation (`lora_*` fields of the parameter block).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_gate_up_act(p: GemmParams) {
+    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, true>(&p)
+}
+
+/// `gemm_nvfp4_t_down` with the LoRA delta of down.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_down(p: GemmParams) {
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, true>(&p)
 }
 
 /// Declares the overlay prefill entry points of one tiled format: `<prefix>_gate_up_act` (gate
@@ -212,13 +228,13 @@ macro_rules! overlay_gemm {
         /// `8·GEMM_DUAL_NF` tokens.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
-            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }>(&p)
+            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }, false>(&p)
         }
 
         /// Prefill single projection: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF` tokens.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
-            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }>(&p)
+            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false>(&p)
         }
     };
 }

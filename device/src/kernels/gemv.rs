@@ -6,14 +6,17 @@
 //! chunks: per chunk each lane loads its share of the tile per projection (NVFP4: 16 code bytes
 //! and 8 scale bytes), turns it into f16 A-fragments ([`Tiles::fragments`]; NVFP4: two masks,
 //! `cvt.rn.f16x2.e4m3x2`, one `mul.f16x2` by the scale), and issues four `mma.m16n8k16` with the
-//! tokens as the 8 B columns; `T::UNROLL` chunks' loads are in flight before the first is used.
+//! tokens as the 8 B columns; `T::UNROLL` chunks stay in flight (a rolling pipeline; the
+//! single-projection kernels issue their first loads while the activations are being staged).
 //! Activations are staged per block into shared memory as f16 scaled by a power of two per
 //! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
 use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
-use crate::params::{source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS};
+use crate::params::{
+    source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS, GEMV_TOKEN_WORDS,
+};
 
 const WARPS: u32 = GEMV_THREADS / 32;
 const SCALES_AT: u32 = 0;
@@ -71,24 +74,23 @@ fn pow2_scale(amax: f32) -> (f32, f32) {
 }
 
 /// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
-/// the per-token inverse scales into the header. One pass over global memory: the f32 values go
-/// to a raw area while their maximum is found, then are scaled and packed from shared memory.
+/// the per-token inverse scales into the header. Two passes over global memory: the first finds
+/// each token's maximum, the second (served mostly by L1) scales, packs and stores; no raw copy
+/// is kept in shared memory, so a split can hold 3× the chunks of a one-pass staging.
+/// Pass 1 ([`stage_amax`]) and pass 2 ([`stage_pack`]) are separate so the caller can issue its
+/// first weight loads between them.
 #[inline(always)]
-unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_amax(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
     let pairs = nchunks * (TILE_K as u32 / 2);
     let k0 = chunk0 * TILE_K as u32;
-    let raw = smem.add(GEMV_SMEM_HEADER + p.m * nchunks * TILE_K as u32 * 2);
     for t in 0..p.m {
         let mut amax = 0.0f32;
         let mut i = tid;
         while i < pairs {
             let (a, b) = load_pair(p, t, k0 + 2 * i);
             amax = max_nan(amax, max_nan(a.abs(), b.abs()));
-            let at = raw.add((t * pairs + i) * 8);
-            at.st_f32(a);
-            at.add(4).st_f32(b);
             i += GEMV_THREADS;
         }
         amax = warp_max(amax);
@@ -97,6 +99,15 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
         }
     }
     sync_threads();
+}
+
+/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]).
+#[inline(always)]
+unsafe fn stage_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    let smem = Smem::base();
+    let tid = thread_x();
+    let pairs = nchunks * (TILE_K as u32 / 2);
+    let k0 = chunk0 * TILE_K as u32;
     for t in 0..p.m {
         let mut amax = 0.0f32;
         for w in 0..WARPS {
@@ -108,14 +119,13 @@ unsafe fn stage(p: &GemvParams, chunk0: u32, nchunks: u32) {
         }
         let mut i = tid;
         while i < pairs {
-            let at = raw.add((t * pairs + i) * 8);
-            let (a, b) = (at.ld_f32(), at.add(4).ld_f32());
+            let (a, b) = load_pair(p, t, k0 + 2 * i);
             let lk = 2 * i;
             let (c, kk) = (lk / 64, lk % 64);
             let (j, r) = (kk / 16, kk % 16);
             let q = 2 * j + r / 8;
             let tq = (r % 8) / 2;
-            let word = ((c * p.m + t) * 4 + tq) * 8 + q;
+            let word = (c * p.m + t) * GEMV_TOKEN_WORDS + tq * 8 + q;
             smem.add(GEMV_SMEM_HEADER + word * 4)
                 .st_u32(pack_f16x2(a * f, b * f));
             i += GEMV_THREADS;
@@ -140,7 +150,8 @@ fn chunk<T: Tiles>(acc: &mut [f32; 4], l: &T::Lane, x: &[u32; 8]) {
 unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
     let (g, tq) = (lane() / 4, lane() % 4);
     if g < p.m {
-        let at = Smem::base().add(GEMV_SMEM_HEADER + ((c * p.m + g) * 4 + tq) * 32);
+        let word = (c * p.m + g) * GEMV_TOKEN_WORDS + tq * 8;
+        let at = Smem::base().add(GEMV_SMEM_HEADER + word * 4);
         let a = at.ld_v4();
         let b = at.add(16).ld_v4();
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
@@ -160,26 +171,49 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
     } else {
         core::cmp::min(p.chunks_per_split, k_tiles - chunk0)
     };
-    stage(p, chunk0, nchunks);
-
+    let depth = if DUAL { T::UNROLL_DUAL } else { T::UNROLL };
     let rt = block_x() * WARPS + warp_id();
     let row_tiles = p.n / TILE_ROWS as u32;
+    let live = rt < row_tiles;
+    let tile0 = (rt * k_tiles + chunk0) as usize;
+    // One chunk's weights for both projections.
+    let load = |c: u32| -> (T::Lane, T::Lane) {
+        let t = tile0 + c as usize;
+        (
+            T::load(p.w0, p.s0, t),
+            if DUAL {
+                T::load(p.w1, p.s1, t)
+            } else {
+                T::ZERO
+            },
+        )
+    };
+    // The first `depth` chunks' loads: a single-projection kernel issues them between the two
+    // staging passes, so their latency overlaps the second (for the f32 and SiLU sources the
+    // costlier one); the dual kernel after both (holding them through the second pass would
+    // cost it a block per SM in registers).
+    let mut l = [(T::ZERO, T::ZERO); 4];
+    let preload = |l: &mut [(T::Lane, T::Lane); 4]| {
+        if live {
+            unroll4!(I, 0 => {
+                if (I as u32) < depth && (I as u32) < nchunks {
+                    l[I] = load(I as u32);
+                }
+            });
+        }
+    };
+    stage_amax(p, chunk0, nchunks);
+    if !DUAL {
+        preload(&mut l);
+    }
+    stage_pack(p, chunk0, nchunks);
+    if DUAL {
+        preload(&mut l);
+    }
+
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
-    if rt < row_tiles {
-        let tile0 = (rt * k_tiles + chunk0) as usize;
-        // One chunk's weights for both projections, loaded ahead of its use.
-        let load = |c: u32| -> (T::Lane, T::Lane) {
-            let t = tile0 + c as usize;
-            (
-                T::load(p.w0, p.s0, t),
-                if DUAL {
-                    T::load(p.w1, p.s1, t)
-                } else {
-                    T::ZERO
-                },
-            )
-        };
+    if live {
         let mut use_chunk = |c: u32, l: &(T::Lane, T::Lane)| {
             let x = load_x(p, c);
             chunk::<T>(&mut acc0, &l.0, &x);
@@ -187,25 +221,20 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
                 chunk::<T>(&mut acc1, &l.1, &x);
             }
         };
+        // Rolling pipeline: slot I holds chunk c + I; once used, it is refilled with chunk
+        // c + I + depth, so `depth` chunks stay in flight while one is consumed.
         let mut c = 0;
-        while c + T::UNROLL <= nchunks {
-            let mut l = [(T::ZERO, T::ZERO); 4];
-            unroll4!(I, 0 => {
-                if (I as u32) < T::UNROLL {
-                    l[I] = load(c + I as u32);
-                }
-            });
-            unroll4!(I, 0 => {
-                if (I as u32) < T::UNROLL {
-                    use_chunk(c + I as u32, &l[I]);
-                }
-            });
-            c += T::UNROLL;
-        }
         while c < nchunks {
-            let l = load(c);
-            use_chunk(c, &l);
-            c += 1;
+            unroll4!(I, 0 => {
+                let ci = c + I as u32;
+                if (I as u32) < depth && ci < nchunks {
+                    use_chunk(ci, &l[I]);
+                    if ci + depth < nchunks {
+                        l[I] = load(ci + depth);
+                    }
+                }
+            });
+            c += depth;
         }
     }
     epilogue(p, 0, rt, &acc0, T::FACTOR);

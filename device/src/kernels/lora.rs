@@ -266,25 +266,23 @@ pub(crate) unsafe fn gemm_delta<const RT: usize, const NF: usize>(
     let (b, rank) = (if proj == 0 { p.lora_b0 } else { p.lora_b1 }, p.lora_rank);
     let ax = (p.lora_ax as *const f32).add((proj * p.tokens * rank) as usize);
     let g = lane() / 4;
-    let mut k0 = 0;
-    while k0 < rank {
-        let mut a = [[0u32; 4]; RT];
-        unroll4!(R, 0 => {
-            if R < RT && rt0 + (R as u32) < row_tiles {
-                a[R] = b_frag(b, rank, (rt0 + R as u32) * 16, k0);
-            }
-        });
-        unroll8!(F => {
-            if F < NF {
-                let tok = tok0 + 8 * F as u32 + g;
-                let x = x_frag((tok < p.tokens).then(|| ax.add((tok * rank) as usize)), k0);
+    // One 8-token fragment at a time over the whole rank (B fragments reloaded per fragment,
+    // from L1), so few registers are live beside the accumulators.
+    unroll8!(F => {
+        if F < NF {
+            let tok = tok0 + 8 * F as u32 + g;
+            let x = (tok < p.tokens).then(|| ax.add((tok * rank) as usize));
+            let mut k0 = 0;
+            while k0 < rank {
+                let xf = x_frag(x, k0);
                 unroll4!(R, 0 => {
-                    if R < RT {
-                        acc[R][F] = mma_bf16_f32(a[R], x, acc[R][F]);
+                    if R < RT && rt0 + (R as u32) < row_tiles {
+                        let a = b_frag(b, rank, (rt0 + R as u32) * 16, k0);
+                        acc[R][F] = mma_bf16_f32(a, xf, acc[R][F]);
                     }
                 });
+                k0 += LORA_RANK_STEP;
             }
-        });
-        k0 += LORA_RANK_STEP;
-    }
+        }
+    });
 }

@@ -38,4 +38,6 @@ pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
 pub mod lora;
+pub mod mmq;
+pub mod q8;
 pub mod tiles;

@@ -14,8 +14,10 @@ pub trait Tiles {
     /// The factor the f16 fragments carry besides the global scale (results are multiplied
     /// by `FACTOR · global`).
     const FACTOR: f32;
-    /// Tiles whose loads one warp issues before using the first (bytes in flight per lane).
+    /// Tiles one warp keeps in flight in the single-projection GEMV (bytes in flight per lane).
     const UNROLL: u32;
+    /// The same for the dual gate+up GEMV, which loads two projections' tiles per chunk.
+    const UNROLL_DUAL: u32 = Self::UNROLL;
     /// Loads this lane's share of tile `tile`.
     ///
     /// # Safety
@@ -41,6 +43,7 @@ impl Tiles for Nvfp4 {
     const ZERO: Self::Lane = ([0; 4], [0; 2]);
     const FACTOR: f32 = 64.0;
     const UNROLL: u32 = 4;
+    const UNROLL_DUAL: u32 = 3;
 
     #[inline(always)]
     unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
@@ -73,6 +76,7 @@ impl Tiles for F16 {
     const ZERO: Self::Lane = [[0; 4]; 4];
     const FACTOR: f32 = 1.0;
     const UNROLL: u32 = 2;
+    const UNROLL_DUAL: u32 = 1;
 
     #[inline(always)]
     unsafe fn load(codes: u64, _scales: u64, tile: usize) -> Self::Lane {
@@ -97,6 +101,7 @@ impl Tiles for Fp8 {
     const ZERO: Self::Lane = ([[0; 4]; 2], 0);
     const FACTOR: f32 = 1.0;
     const UNROLL: u32 = 3;
+    const UNROLL_DUAL: u32 = 2;
 
     #[inline(always)]
     unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
@@ -162,6 +167,7 @@ impl Tiles for Q4k {
     const ZERO: Self::Lane = ([0; 4], [0; 4]);
     const FACTOR: f32 = 1.0;
     const UNROLL: u32 = 3;
+    const UNROLL_DUAL: u32 = 1;
 
     #[inline(always)]
     unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
