@@ -132,26 +132,15 @@ fn lora_matches_cpu_reference_on_every_path() {
                     got[n * h..].iter().all(|v| v.is_nan()),
                     "{tag} N={n}: wrote past the last token"
                 );
-                let mut sample = vec![0, 1, n / 2, n.saturating_sub(2), n - 1];
-                sample.retain(|&t| t < n);
-                sample.dedup();
-                let rows = |v: &[f32]| -> Vec<f32> {
-                    sample
-                        .iter()
-                        .flat_map(|&t| v[t * h..(t + 1) * h].iter().copied())
-                        .collect()
-                };
-                let xs = upload_bf16(&cpu, &rows(&x));
+                let sample = sample_tokens(n);
+                let xs = upload_bf16(&cpu, &rows_of(&x, &sample, h));
                 let want = download_bf16(
                     &cpu,
                     cl.forward_prefill(xs, sample.len(), &mut cc, 0).unwrap(),
                     sample.len() * h,
                 );
                 cpu.free(xs).unwrap();
-                let got_s: Vec<f64> = sample
-                    .iter()
-                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
-                    .collect();
+                let got_s = rows_of(&got, &sample, h);
                 check(format!("{tag} prefill N={n}"), &got_s, &want);
             }
             eprintln!("{tag}: forward, k2, k3, km 1..8, prefill {ns:?}: worst rel L2 vs CPU reference {worst:.2e}");

@@ -125,6 +125,24 @@ pub fn path_output(
     out
 }
 
+/// The tokens of an `n`-token call that GPU tests compare with the CPU reference: the first
+/// two, the middle one and the last two (fewer when `n` is small).
+pub fn sample_tokens(n: usize) -> Vec<usize> {
+    let mut s = vec![0, 1, n / 2, n.saturating_sub(2), n.saturating_sub(1)];
+    s.retain(|&t| t < n);
+    s.sort();
+    s.dedup();
+    s
+}
+
+/// Rows `tokens` of `[..][h]` values, concatenated.
+pub fn rows_of<T: Copy>(v: &[T], tokens: &[usize], h: usize) -> Vec<T> {
+    tokens
+        .iter()
+        .flat_map(|&t| v[t * h..(t + 1) * h].iter().copied())
+        .collect()
+}
+
 /// bf16 bytes of `x`.
 pub fn bf16_bytes(x: &[f32]) -> Vec<u8> {
     x.iter()
