@@ -281,3 +281,43 @@ fn mismatched_groups_and_counts_are_errors() {
     });
     assert!(errs.iter().all(|e| e.contains("all-reduce")), "{errs:?}");
 }
+
+/// LoRA under tensor parallelism: rank r's layer holds its FFN shard and `LoraFfnWeights::shard`'s
+/// r-th adapters; the sum of the rank outputs (the all-reduce) equals the unsharded FFN with the
+/// deltas merged, on decode, km and prefill.
+#[test]
+fn lora_shards_sum_to_the_unsharded_lora_ffn() {
+    let (h, i, m) = (128usize, 512usize, 5usize);
+    let host = HostLayer::random(h, i, 63);
+    let lora = lora_weights(h, i, 16, 64);
+    let x = activations(m * h, 65);
+    assert!(lora.shard(3).is_err() && lora.shard(0).is_err());
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let want = host.lora_reference(&lora, &x, act);
+        for world in [1usize, 2, 4] {
+            let shards = shard_ffn(&host.gate, &host.up, &host.down, world).unwrap();
+            let adapters = lora.shard(world).unwrap();
+            let partials: Vec<[Vec<f64>; 3]> = shards
+                .iter()
+                .zip(adapters)
+                .map(|((g, u, d), a)| {
+                    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+                    let w = DenseFfnWeights::upload(&gpu, g, u, d).unwrap();
+                    let mut layer =
+                        DenseFfnLayer::new_with_activation(w, act, gpu.clone()).unwrap();
+                    layer.set_lora_weights(a).unwrap();
+                    let mut ctx = ForwardContext::new(&layer, m).unwrap();
+                    [("forward", 1), ("km", m), ("prefill", m)]
+                        .map(|(p, n)| path_output(&layer, &gpu, p, n, &x, &mut ctx).unwrap())
+                })
+                .collect();
+            for (p, n) in [(0, 1), (1, m), (2, m)] {
+                let y: Vec<f64> = (0..n * h)
+                    .map(|k| partials.iter().map(|r| r[p][k]).sum())
+                    .collect();
+                let e = rel_l2(&y, &want[..n * h]);
+                assert!(e < 1e-2, "{act:?} world {world} path {p}: rel L2 {e}");
+            }
+        }
+    }
+}

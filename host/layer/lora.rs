@@ -101,6 +101,72 @@ impl LoraFfnWeights {
     }
 }
 
+impl DenseWeight {
+    /// Rows `r0..r1`.
+    fn rows_slice(&self, r0: usize, r1: usize) -> DenseWeight {
+        DenseWeight {
+            rows: r1 - r0,
+            cols: self.cols,
+            data: self.data[r0 * self.cols..r1 * self.cols].to_vec(),
+        }
+    }
+
+    /// Columns `c0..c1`.
+    fn cols_slice(&self, c0: usize, c1: usize) -> DenseWeight {
+        DenseWeight {
+            rows: self.rows,
+            cols: c1 - c0,
+            data: self
+                .data
+                .chunks_exact(self.cols)
+                .flat_map(|row| row[c0..c1].iter().copied())
+                .collect(),
+        }
+    }
+}
+
+impl LoraFfnWeights {
+    /// Splits the adapters for `world` tensor-parallel ranks as `shard::shard_ffn` and
+    /// `HostFfn::shard` split the FFN (rank r: the r-th contiguous slice of the intermediate
+    /// dimension): gate and up keep `A` whole and take the slice's rows of `B`; down takes the
+    /// slice's columns of `A` and keeps `B` whole, so its rank deltas are partial sums that the
+    /// FFN's all-reduce adds up like the rank outputs themselves. Install shard r on rank r's
+    /// layer.
+    pub fn shard(&self, world: usize) -> Result<Vec<LoraFfnWeights>> {
+        let inter = self.gate.b.rows;
+        let consistent = self.up.b.rows == inter
+            && self.down.a.cols == inter
+            && [&self.gate, &self.up, &self.down].iter().all(|p| {
+                p.a.data.len() == p.a.rows * p.a.cols && p.b.data.len() == p.b.rows * p.b.cols
+            });
+        if world == 0 || inter % world != 0 || !consistent {
+            return Err(Error::Shape(format!(
+                "cannot split LoRA adapters of intermediate {inter} over {world} ranks"
+            )));
+        }
+        let share = inter / world;
+        Ok((0..world)
+            .map(|r| {
+                let (s0, s1) = (r * share, (r + 1) * share);
+                let column = |p: &LoraProjection| LoraProjection {
+                    a: p.a.clone(),
+                    b: p.b.rows_slice(s0, s1),
+                };
+                LoraFfnWeights {
+                    rank: self.rank,
+                    alpha: self.alpha,
+                    gate: column(&self.gate),
+                    up: column(&self.up),
+                    down: LoraProjection {
+                        a: self.down.a.cols_slice(s0, s1),
+                        b: self.down.b.clone(),
+                    },
+                }
+            })
+            .collect())
+    }
+}
+
 /// An installed LoRA overlay on the device.
 #[derive(Debug)]
 pub(crate) struct LoraDevice {
