@@ -33,7 +33,10 @@ fn bench(c: &mut Criterion) {
         for mmq in [false, true] {
             let mut layer = random_layer(&gpu, h, i, &mut rng);
             if mmq {
-                layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+                layer.set_prefill_config(PrefillConfig {
+                    q4k_mmq: true,
+                    nvfp4_mmq: false,
+                });
                 layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
             }
             let arm = layer.prefill_arm().unwrap().name();

@@ -577,7 +577,10 @@ fn q4k_mmq_matches_cpu_reference() {
         &[1, 64, 512, 4096]
     };
     let nmax = *ns.iter().max().unwrap();
-    let on = PrefillConfig { q4k_mmq: true };
+    let on = PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    };
     for (h, i) in shapes(&[(4096, 14336)])
         .into_iter()
         .filter(|&(h, i)| h % 256 == 0 && i % 256 == 0)
@@ -677,7 +680,10 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
     let host = HostLayer::random(h, i, 77);
     let mut layer = host.layer(&gpu, FfnActivation::Silu);
-    layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    layer.set_prefill_config(PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    });
     let baseline = layer.footprint().total();
     let (free0, _) = gpu.mem_info().unwrap();
     layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();

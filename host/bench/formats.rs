@@ -30,7 +30,10 @@ pub const FORMATS: &[BenchFormat] = &[
 
 /// Native Q4_K weights installed with the `q4k_mmq` prefill arm enabled (decode as `q4k`).
 fn q4k_mmq(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
-    l.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    l.set_prefill_config(PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    });
     overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights)
 }
 

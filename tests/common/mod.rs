@@ -250,7 +250,10 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
         }
         // The Q4_K MMQ arm: an NVFP4 layer finalized for it (requantization at load), and
         // native Q4_K weights installed with it enabled.
-        let on = denseffn::layer::PrefillConfig { q4k_mmq: true };
+        let on = denseffn::layer::PrefillConfig {
+            q4k_mmq: true,
+            nvfp4_mmq: false,
+        };
         for native in [false, true] {
             let mut layer = host.layer(gpu, act);
             layer.set_prefill_config(on);

@@ -38,5 +38,6 @@ pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
 pub mod mmq;
+pub mod nvfp4_mmq;
 pub mod q8;
 pub mod tiles;
