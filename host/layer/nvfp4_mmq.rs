@@ -244,6 +244,38 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// Undoes [`DenseFfnLayer::finalize_nvfp4_mmq_load`]: rebuilds the gate and up `_t` copies
+    /// (device-to-device copies of the decode copies, the same tiled layout), waits for
+    /// `stream`, then drops the W4A4 copies. Net footprint unchanged. A no-op when the layer has
+    /// no W4A4 copies; on out of memory the layer is as it was.
+    pub fn undo_nvfp4_mmq_load(&mut self, stream: u64) -> Result<()> {
+        if self.nvfp4_mmq.is_none() {
+            return Ok(());
+        }
+        let copy = |w: &super::Nvfp4Weight| -> Result<super::Nvfp4Weight> {
+            let codes = DeviceBuffer::alloc(&self.gpu, w.codes.len())?;
+            let scales = DeviceBuffer::alloc(&self.gpu, w.scales.len())?;
+            self.gpu
+                .copy_async(codes.ptr(), w.codes.ptr(), w.codes.len(), stream)?;
+            self.gpu
+                .copy_async(scales.ptr(), w.scales.ptr(), w.scales.len(), stream)?;
+            Ok(super::Nvfp4Weight {
+                rows: w.rows,
+                cols: w.cols,
+                codes,
+                scales,
+                global: w.global,
+            })
+        };
+        let gate_t = copy(&self.weights.gate)?;
+        let up_t = copy(&self.weights.up)?;
+        self.gpu.synchronize(stream)?;
+        self.weights.gate_t = Some(gate_t);
+        self.weights.up_t = Some(up_t);
+        self.nvfp4_mmq = None;
+        Ok(())
+    }
+
     /// The `nvfp4_mmq` arm's 3 launches for `n` tokens of `input` into the context's output.
     pub(crate) fn prefill_nvfp4_mmq(
         &self,
