@@ -13,9 +13,9 @@
 //! per 32 columns: twice the tensor work for the same epilogue) — there is no per-16 scaling
 //! inside the instruction. Folding the scales into int8 is not exact (`2·e2m1 · e4m3` needs
 //! more than 8 bits). So per 16×8×32 of work: k16 = 2 `mma` + 24 epilogue ops, k32 split = 2
-//! `mma` at twice the tensor cost + 24 ops. The A fragments come from 4-bit codes with 2
-//! `prmt` byte lookups and one `lop3`-style select per 4 values ([`expand`]), amortized over
-//! the 8 token fragments; the B fragments (activations stored expanded, one int8 a value) need
+//! `mma` at twice the tensor cost + 24 ops. The A fragments come from 4-bit codes with 3
+//! `prmt` (magnitude, negated magnitude, sign mask) and a select per 4 values ([`expand`]),
+//! amortized over the 8 token fragments; the B fragments (activations stored expanded, one int8 a value) need
 //! no conversion.
 //!
 //! Block: 8 warps stacked along the rows, one 16-row tile of gate and one of up each (128 rows),
