@@ -625,45 +625,17 @@ fn q4k_mmq_matches_cpu_reference() {
             let mut gc = ForwardContext::new(&gl, nmax).unwrap();
             let gx = upload_bf16(&gpu, &x);
             let mut worst = 0.0f64;
+            let run = Prefill {
+                gpu: &gpu,
+                cpu: &cpu,
+                x: &x,
+                h,
+                nmax,
+                launches: 4,
+            };
             for &n in ns {
-                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
-                let before = gpu.launch_count();
-                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
-                assert_eq!(gpu.launch_count() - before, 4);
-                let got = download_bf16(&gpu, y, nmax * h);
-                assert!(
-                    got[..n * h].iter().all(|v| v.is_finite()),
-                    "({h},{i}) {act:?} N={n}: unwritten outputs"
-                );
-                assert!(
-                    got[n * h..].iter().all(|v| v.is_nan()),
-                    "({h},{i}) {act:?} N={n}: wrote past the last token"
-                );
-                let mut sample: Vec<usize> =
-                    vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
-                sample.retain(|&t| t < n);
-                sample.sort();
-                sample.dedup();
-                let xs: Vec<f32> = sample
-                    .iter()
-                    .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let want = download_bf16(
-                    &cpu,
-                    cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
-                        .unwrap(),
-                    sample.len() * h,
-                );
-                let got_s: Vec<f64> = sample
-                    .iter()
-                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let e = rel_l2(&got_s, &want);
-                worst = worst.max(e);
-                assert!(
-                    e <= 1e-2,
-                    "({h},{i}) {act:?} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
-                );
+                let tag = format!("({h},{i}) {act:?}");
+                worst = worst.max(run.check(&gl, &mut gc, &cl, &mut cc, gx, n, &tag));
             }
             eprintln!("({h}, {i}) {act:?}: q4k_mmq N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
         }
@@ -821,45 +793,17 @@ fn nvfp4_mmq_matches_cpu_reference() {
             let mut gc = ForwardContext::new(&gl, nmax).unwrap();
             let gx = upload_bf16(&gpu, &x);
             let mut worst = 0.0f64;
+            let run = Prefill {
+                gpu: &gpu,
+                cpu: &cpu,
+                x: &x,
+                h,
+                nmax,
+                launches: 3,
+            };
             for &n in ns {
-                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
-                let before = gpu.launch_count();
-                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
-                assert_eq!(gpu.launch_count() - before, 3);
-                let got = download_bf16(&gpu, y, nmax * h);
-                assert!(
-                    got[..n * h].iter().all(|v| v.is_finite()),
-                    "({h},{i}) {act:?} N={n}: unwritten outputs"
-                );
-                assert!(
-                    got[n * h..].iter().all(|v| v.is_nan()),
-                    "({h},{i}) {act:?} N={n}: wrote past the last token"
-                );
-                let mut sample: Vec<usize> =
-                    vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
-                sample.retain(|&t| t < n);
-                sample.sort();
-                sample.dedup();
-                let xs: Vec<f32> = sample
-                    .iter()
-                    .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let want = download_bf16(
-                    &cpu,
-                    cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
-                        .unwrap(),
-                    sample.len() * h,
-                );
-                let got_s: Vec<f64> = sample
-                    .iter()
-                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let e = rel_l2(&got_s, &want);
-                worst = worst.max(e);
-                assert!(
-                    e <= 1e-2,
-                    "({h},{i}) {act:?} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
-                );
+                let tag = format!("({h},{i}) {act:?}");
+                worst = worst.max(run.check(&gl, &mut gc, &cl, &mut cc, gx, n, &tag));
             }
             eprintln!("({h}, {i}) {act:?}: nvfp4_mmq N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
         }
@@ -923,4 +867,76 @@ fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     eprintln!("nvfp4_mmq N={n} vs f64 reference (3 tokens): rel L2 {e:.3}");
     assert!(e < 0.16, "rel L2 {e}");
     gpu.free(kv).unwrap();
+}
+
+/// One prefill arm's GPU run checked against the CPU reference running the same arm.
+struct Prefill<'a> {
+    gpu: &'a Arc<dyn GpuBackend>,
+    cpu: &'a Arc<dyn GpuBackend>,
+    /// Input tokens, `[nmax][h]`.
+    x: &'a [f32],
+    h: usize,
+    nmax: usize,
+    /// Launches the arm makes per call.
+    launches: u64,
+}
+
+impl Prefill<'_> {
+    /// Runs `n` tokens on the GPU layer `gl` (output poisoned first): the launch count, every
+    /// token written, nothing past the last, and sampled tokens (first, last, middle) within
+    /// 1e-2 relative L2 of the CPU layer `cl`. Returns that error.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        gl: &denseffn::layer::DenseFfnLayer,
+        gc: &mut ForwardContext,
+        cl: &denseffn::layer::DenseFfnLayer,
+        cc: &mut ForwardContext,
+        gx: denseffn::backend::DevicePtr,
+        n: usize,
+        tag: &str,
+    ) -> f64 {
+        let (gpu, cpu, x, h, nmax) = (self.gpu, self.cpu, self.x, self.h, self.nmax);
+        gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+        let before = gpu.launch_count();
+        let y = gl.forward_prefill(gx, n, gc, 0).unwrap();
+        assert_eq!(
+            gpu.launch_count() - before,
+            self.launches,
+            "{tag} N={n}: launches"
+        );
+        let got = download_bf16(gpu, y, nmax * h);
+        assert!(
+            got[..n * h].iter().all(|v| v.is_finite()),
+            "{tag} N={n}: unwritten outputs"
+        );
+        assert!(
+            got[n * h..].iter().all(|v| v.is_nan()),
+            "{tag} N={n}: wrote past the last token"
+        );
+        let mut sample: Vec<usize> = vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
+        sample.retain(|&t| t < n);
+        sample.sort();
+        sample.dedup();
+        let xs: Vec<f32> = sample
+            .iter()
+            .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+            .collect();
+        let want = download_bf16(
+            cpu,
+            cl.forward_prefill(upload_bf16(cpu, &xs), sample.len(), cc, 0)
+                .unwrap(),
+            sample.len() * h,
+        );
+        let got_s: Vec<f64> = sample
+            .iter()
+            .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+            .collect();
+        let e = rel_l2(&got_s, &want);
+        assert!(
+            e <= 1e-2,
+            "{tag} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
+        );
+        e
+    }
 }

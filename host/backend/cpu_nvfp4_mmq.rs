@@ -92,7 +92,7 @@ pub(crate) fn gemm(mem: &mut Memory, p: &W4a4Params) -> Result<()> {
     Ok(())
 }
 
-/// One projection, `y[tok][row]`, row tiles spread over threads.
+/// One projection, `y[tok][row]` (global scale included), row tiles spread over threads.
 #[allow(clippy::too_many_arguments)]
 fn project(
     codes: &[u8],
@@ -104,57 +104,33 @@ fn project(
     xs: &[f32],
     global: f32,
 ) -> Vec<f64> {
-    let (row_tiles, k_tiles) = (n / TILE_ROWS, k / TILE_K);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |v| v.get())
-        .min(row_tiles);
-    let per = row_tiles.div_ceil(threads);
-    let parts: Vec<(usize, Vec<f64>)> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                sc.spawn(move || {
-                    let (rt0, rt1) = (i * per, ((i + 1) * per).min(row_tiles));
-                    let mut part = vec![0.0f64; rt1.saturating_sub(rt0) * TILE_ROWS * t];
-                    for rt in rt0..rt1 {
-                        for kt in 0..k_tiles {
-                            let tile = rt * k_tiles + kt;
-                            let c = &codes[tile * TILE_CODE_BYTES..][..TILE_CODE_BYTES];
-                            let s = &scales[tile * TILE_SCALE_BYTES..][..TILE_SCALE_BYTES];
-                            for lr in 0..TILE_ROWS {
-                                for j in 0..TILE_K / GROUP {
-                                    let sw = e4m3::decode(s[fmt::scale_pos(lr, j)]);
-                                    let q: [i32; GROUP] = std::array::from_fn(|i| {
-                                        DOUBLED[fmt::code(c, lr, j * GROUP + i) as usize] as i32
-                                    });
-                                    let col = kt * TILE_K + j * GROUP;
-                                    for tok in 0..t {
-                                        let blk = &xq[tok * k + (col / 32) * 32..][..32];
-                                        let dot: i32 = (0..GROUP)
-                                            .map(|i| q[i] * blk[q8_pos(col % 32 + i)] as i32)
-                                            .sum();
-                                        let f = xs[tok * k / GROUP + col / GROUP];
-                                        part[((rt - rt0) * TILE_ROWS + lr) * t + tok] +=
-                                            (sw * f) as f64 * dot as f64;
-                                    }
-                                }
-                            }
-                        }
+    let k_tiles = k / TILE_K;
+    let mut y = super::cpu_mmq::by_row_tiles(n, t, |rt, part| {
+        for kt in 0..k_tiles {
+            let tile = rt * k_tiles + kt;
+            let c = &codes[tile * TILE_CODE_BYTES..][..TILE_CODE_BYTES];
+            let s = &scales[tile * TILE_SCALE_BYTES..][..TILE_SCALE_BYTES];
+            for lr in 0..TILE_ROWS {
+                for j in 0..TILE_K / GROUP {
+                    let sw = e4m3::decode(s[fmt::scale_pos(lr, j)]);
+                    let q: [i32; GROUP] = std::array::from_fn(|i| {
+                        DOUBLED[fmt::code(c, lr, j * GROUP + i) as usize] as i32
+                    });
+                    let col = kt * TILE_K + j * GROUP;
+                    for tok in 0..t {
+                        let blk = &xq[tok * k + (col / 32) * 32..][..32];
+                        let dot: i32 = (0..GROUP)
+                            .map(|i| q[i] * blk[q8_pos(col % 32 + i)] as i32)
+                            .sum();
+                        let f = xs[tok * k / GROUP + col / GROUP];
+                        part[lr * t + tok] += (sw * f) as f64 * dot as f64;
                     }
-                    (rt0, part)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("reference w4a4 thread"))
-            .collect()
-    });
-    let mut y = vec![0.0f64; t * n];
-    for (rt0, part) in parts {
-        for (i, v) in part.iter().enumerate() {
-            let (row, tok) = (rt0 * TILE_ROWS + i / t, i % t);
-            y[tok * n + row] = *v * global as f64;
+                }
+            }
         }
+    });
+    for v in &mut y {
+        *v *= global as f64;
     }
     y
 }

@@ -227,18 +227,7 @@ impl DenseFfnLayer {
         inter: usize,
         stream: u64,
     ) -> Result<()> {
-        if !std::ptr::addr_eq(Arc::as_ptr(gpu), Arc::as_ptr(&self.gpu)) {
-            return Err(Error::Invalid(
-                "finalize_q4k_load: `gpu` is not the backend this layer was built on".into(),
-            ));
-        }
-        if (h, inter) != (self.hidden(), self.intermediate()) {
-            return Err(Error::Shape(format!(
-                "finalize_q4k_load: called with hidden {h} / intermediate {inter}, the layer is {} / {}",
-                self.hidden(),
-                self.intermediate()
-            )));
-        }
+        self.check_finalize_args("finalize_q4k_load", gpu, h, inter)?;
         let noop = |why: &str| {
             tracing::debug!("finalize_q4k_load: nothing to do ({why})");
             Ok(())
@@ -300,6 +289,30 @@ impl DenseFfnLayer {
             "finalize_q4k_load: Q4_K MMQ copies made ({} bytes), `_t` copies freed ({before} bytes)",
             self.footprint().mmq_copies
         );
+        Ok(())
+    }
+
+    /// The checks every finalize path makes first: `gpu` is the layer's backend and `(h, inter)`
+    /// its shape.
+    pub(super) fn check_finalize_args(
+        &self,
+        what: &str,
+        gpu: &Arc<dyn GpuBackend>,
+        h: usize,
+        inter: usize,
+    ) -> Result<()> {
+        if !std::ptr::addr_eq(Arc::as_ptr(gpu), Arc::as_ptr(&self.gpu)) {
+            return Err(Error::Invalid(format!(
+                "{what}: `gpu` is not the backend this layer was built on"
+            )));
+        }
+        if (h, inter) != (self.hidden(), self.intermediate()) {
+            return Err(Error::Shape(format!(
+                "{what}: called with hidden {h} / intermediate {inter}, the layer is {} / {}",
+                self.hidden(),
+                self.intermediate()
+            )));
+        }
         Ok(())
     }
 

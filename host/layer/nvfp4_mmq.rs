@@ -188,18 +188,7 @@ impl DenseFfnLayer {
         inter: usize,
         stream: u64,
     ) -> Result<()> {
-        if !std::ptr::addr_eq(Arc::as_ptr(gpu), Arc::as_ptr(&self.gpu)) {
-            return Err(Error::Invalid(
-                "finalize_nvfp4_mmq_load: `gpu` is not the backend this layer was built on".into(),
-            ));
-        }
-        if (h, inter) != (self.hidden(), self.intermediate()) {
-            return Err(Error::Shape(format!(
-                "finalize_nvfp4_mmq_load: called with hidden {h} / intermediate {inter}, the layer is {} / {}",
-                self.hidden(),
-                self.intermediate()
-            )));
-        }
+        self.check_finalize_args("finalize_nvfp4_mmq_load", gpu, h, inter)?;
         let noop = |why: &str| {
             tracing::debug!("finalize_nvfp4_mmq_load: nothing to do ({why})");
             Ok(())
