@@ -598,3 +598,36 @@ fn after_finalize_the_kv_cache_takes_the_rest_and_nothing_allocates() {
     let _ = ffn_f64;
     gpu.free(kv).unwrap();
 }
+
+#[test]
+fn undo_restores_the_default_arm_exactly() {
+    let host = HostLayer::quantized(H, I, 37);
+    let x = activations(9 * H, 38);
+    let (c, gpu) = cpu();
+    let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
+    let (fp0, want) = (layer.footprint(), prefill(&layer, &gpu, &x, 9));
+    // No copies: nothing to undo.
+    let a = c.allocations_attempted();
+    layer.undo_nvfp4_mmq_load(0).unwrap();
+    assert_eq!(c.allocations_attempted(), a);
+    layer
+        .finalize_nvfp4_mmq_load(&gpu.clone(), H, I, 0)
+        .unwrap();
+    let fp1 = layer.footprint();
+    // Out of memory at each of the 4 allocations: the layer stays finalized and working.
+    for step in 0..4 {
+        c.fail_allocation_at(c.allocations_attempted() + step);
+        let r = layer.undo_nvfp4_mmq_load(0);
+        assert!(
+            matches!(r, Err(Error::OutOfMemory { .. })),
+            "step {step}: {r:?}"
+        );
+        assert_eq!(layer.footprint(), fp1, "step {step}");
+        assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
+    }
+    layer.undo_nvfp4_mmq_load(0).unwrap();
+    assert_eq!(layer.footprint(), fp0);
+    assert!(!layer.has_nvfp4_mmq_copies());
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
+    assert_eq!(prefill(&layer, &gpu, &x, 9), want);
+}
