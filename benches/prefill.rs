@@ -1,8 +1,10 @@
 //! Prefill `forward_prefill` on the H200 beside a cuBLAS bf16 FFN (gate+up one GEMM, then down;
 //! activation left out of the anchor) measured in the same run. TFLOP/s counts `2·N·3·h·i`.
-//! Two arms per shape: the default `nvfp4_t_m128`, and `q4k_mmq` on the same kind of layer after
+//! Three arms per shape: the default `nvfp4_t_m128`, and `q4k_mmq` on the same kind of layer after
 //! `finalize_q4k_load` (int8 activations × requantized Q4_K on integer tensor cores; ggml's
-//! q4_K MMQ on this H200: 167 TFLOP/s at N = 512).
+//! q4_K MMQ on this H200: 167 TFLOP/s at N = 512), and `nvfp4_mmq` after
+//! `finalize_nvfp4_mmq_load` (NVFP4 activations × NVFP4 gate/up on int8 tensor cores, down on
+//! the bf16 GEMM; ggml's nvfp4: 134 TFLOP/s at N = 512).
 //! Table to stdout and `$DENSEFFN_BENCH_OUT` (default `target/bench-prefill.md`).
 mod common;
 use common::*;
@@ -30,11 +32,22 @@ fn bench(c: &mut Criterion) {
         let nmax = *NS.iter().max().unwrap();
         let x = random_bf16(&gpu, nmax * h, &mut rng);
         let ffn = CublasFfn::new(&gpu, h, i, nmax, &mut rng).unwrap();
-        for mmq in [false, true] {
+        for arm in 0..3 {
             let mut layer = random_layer(&gpu, h, i, &mut rng);
-            if mmq {
-                layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+            if arm == 1 {
+                layer.set_prefill_config(PrefillConfig {
+                    q4k_mmq: true,
+                    nvfp4_mmq: false,
+                });
                 layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
+            } else if arm == 2 {
+                layer.set_prefill_config(PrefillConfig {
+                    q4k_mmq: false,
+                    nvfp4_mmq: true,
+                });
+                layer
+                    .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)
+                    .unwrap();
             }
             let arm = layer.prefill_arm().unwrap().name();
             let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
@@ -64,7 +77,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
     drop(cublas);
     let mut md = format!(
-        "Device: {}. Prefill forward_prefill (arms nvfp4_t_m128 and q4k_mmq after finalize_q4k_load, SiLU) vs a cuBLAS bf16 FFN, same run (ggml q4_K MMQ: 167 TFLOP/s at N = 512).\n\n\
+        "Device: {}. Prefill forward_prefill (arms nvfp4_t_m128, q4k_mmq after finalize_q4k_load, nvfp4_mmq after finalize_nvfp4_mmq_load, SiLU) vs a cuBLAS bf16 FFN, same run (ggml q4_K MMQ: 167 TFLOP/s at N = 512).\n\n\
          | model | arm | N | µs | TFLOP/s | cuBLAS µs | cuBLAS TFLOP/s | ratio to cuBLAS |\n|---|---|---|---|---|---|---|---|\n",
         gpu.device_name()
     );

@@ -387,7 +387,10 @@ fn lora_and_the_q4k_mmq_finalize_refuse_each_other() {
     let cpu = Arc::new(CpuBackend::new());
     let gpu: Arc<dyn GpuBackend> = cpu.clone();
     let mut layer = host.layer(&gpu, FfnActivation::Silu);
-    layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    layer.set_prefill_config(PrefillConfig {
+        q4k_mmq: true,
+        ..Default::default()
+    });
     layer.set_lora_weights(lora.clone()).unwrap();
     assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
     let want = outputs(&layer, &gpu, &x);
@@ -410,6 +413,44 @@ fn lora_and_the_q4k_mmq_finalize_refuse_each_other() {
     let e = layer.set_lora_weights(lora).unwrap_err();
     assert!(
         matches!(e, Error::Unsupported(_)) && e.to_string().contains("finalize_q4k_load"),
+        "{e}"
+    );
+    assert_eq!((layer.lora_rank(), layer.footprint()), (None, foot));
+}
+
+#[test]
+fn lora_and_the_nvfp4_mmq_finalize_refuse_each_other() {
+    use denseffn::layer::{PrefillArm, PrefillConfig};
+    let (h, i) = (256, 512);
+    let host = HostLayer::random(h, i, 37);
+    let lora = lora_weights(h, i, 16, 38);
+    let x = activations(64 * h, 39);
+    let cpu = Arc::new(CpuBackend::new());
+    let gpu: Arc<dyn GpuBackend> = cpu.clone();
+    let mut layer = host.layer(&gpu, FfnActivation::Gelu);
+    layer.set_prefill_config(PrefillConfig {
+        nvfp4_mmq: true,
+        ..Default::default()
+    });
+    layer.set_lora_weights(lora.clone()).unwrap();
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
+    let want = outputs(&layer, &gpu, &x);
+    let (foot, used) = (layer.footprint(), cpu.used_bytes());
+    let e = layer.finalize_nvfp4_mmq_load(&gpu, h, i, 0).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("LoRA"),
+        "{e}"
+    );
+    assert_eq!((layer.footprint(), cpu.used_bytes()), (foot, used));
+    assert_eq!(outputs(&layer, &gpu, &x), want);
+    // Finalized first: LoRA is refused, the layer unchanged.
+    layer.clear_lora();
+    layer.finalize_nvfp4_mmq_load(&gpu, h, i, 0).unwrap();
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
+    let foot = layer.footprint();
+    let e = layer.set_lora_weights(lora).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("finalize_nvfp4_mmq_load"),
         "{e}"
     );
     assert_eq!((layer.lora_rank(), layer.footprint()), (None, foot));

@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 const H: usize = 256;
 const I: usize = 512;
-const ON: PrefillConfig = PrefillConfig { q4k_mmq: true };
+const ON: PrefillConfig = PrefillConfig {
+    q4k_mmq: true,
+    nvfp4_mmq: false,
+};
 
 fn cpu() -> (Arc<CpuBackend>, Arc<dyn GpuBackend>) {
     let c = Arc::new(CpuBackend::new());
@@ -201,7 +204,10 @@ fn finalize_is_a_no_op_unless_enabled() {
     let host = HostLayer::quantized(H, I, 22);
     let (c, gpu) = cpu();
     let mut layer = host.layer(&gpu, FfnActivation::Silu);
-    layer.set_prefill_config(PrefillConfig { q4k_mmq: false });
+    layer.set_prefill_config(PrefillConfig {
+        q4k_mmq: false,
+        nvfp4_mmq: false,
+    });
     let (fp, allocs, used, launches) = (
         layer.footprint(),
         c.allocations_attempted(),

@@ -127,12 +127,18 @@ fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
     paths.extend((1..=8).map(|m| format!("forward_km{m}")));
     // The NVFP4, elementwise and LoRA kernels; the overlays' own are covered by
     // tests/cpu_overlays.rs, the Q4_K MMQ arm's (quantize, mmq, requant; off by default) by
-    // tests/cpu_q4k_mmq.rs.
+    // tests/cpu_q4k_mmq.rs, the W4A4 arm's own (quantize, gate+up; off by default) by
+    // tests/cpu_nvfp4_mmq.rs.
     let mmq = denseffn::layer::PrefillArm::Q4kMmq.kernels();
+    let w4a4 = [
+        denseffn::layer::nvfp4_mmq_kernels::QUANTIZE,
+        denseffn::layer::nvfp4_mmq_kernels::GATE_UP,
+    ];
     let nvfp4_layer_kernels = CpuBackend::kernels()
         .iter()
         .filter(|k| k.contains("nvfp4") || !k.contains("gem"))
-        .filter(|k| !mmq.contains(k) && **k != denseffn::layer::mmq_kernels::REQUANT);
+        .filter(|k| !mmq.contains(k) && **k != denseffn::layer::mmq_kernels::REQUANT)
+        .filter(|k| !w4a4.contains(k));
     for &kernel in nvfp4_layer_kernels {
         let mut needed_by = 0;
         // Each activation, without and with LoRA deltas (which add `lora_shrink`).

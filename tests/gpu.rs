@@ -577,7 +577,10 @@ fn q4k_mmq_matches_cpu_reference() {
         &[1, 64, 512, 4096]
     };
     let nmax = *ns.iter().max().unwrap();
-    let on = PrefillConfig { q4k_mmq: true };
+    let on = PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    };
     for (h, i) in shapes(&[(4096, 14336)])
         .into_iter()
         .filter(|&(h, i)| h % 256 == 0 && i % 256 == 0)
@@ -622,45 +625,17 @@ fn q4k_mmq_matches_cpu_reference() {
             let mut gc = ForwardContext::new(&gl, nmax).unwrap();
             let gx = upload_bf16(&gpu, &x);
             let mut worst = 0.0f64;
+            let run = Prefill {
+                gpu: &gpu,
+                cpu: &cpu,
+                x: &x,
+                h,
+                nmax,
+                launches: 4,
+            };
             for &n in ns {
-                gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
-                let before = gpu.launch_count();
-                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
-                assert_eq!(gpu.launch_count() - before, 4);
-                let got = download_bf16(&gpu, y, nmax * h);
-                assert!(
-                    got[..n * h].iter().all(|v| v.is_finite()),
-                    "({h},{i}) {act:?} N={n}: unwritten outputs"
-                );
-                assert!(
-                    got[n * h..].iter().all(|v| v.is_nan()),
-                    "({h},{i}) {act:?} N={n}: wrote past the last token"
-                );
-                let mut sample: Vec<usize> =
-                    vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
-                sample.retain(|&t| t < n);
-                sample.sort();
-                sample.dedup();
-                let xs: Vec<f32> = sample
-                    .iter()
-                    .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let want = download_bf16(
-                    &cpu,
-                    cl.forward_prefill(upload_bf16(&cpu, &xs), sample.len(), &mut cc, 0)
-                        .unwrap(),
-                    sample.len() * h,
-                );
-                let got_s: Vec<f64> = sample
-                    .iter()
-                    .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
-                    .collect();
-                let e = rel_l2(&got_s, &want);
-                worst = worst.max(e);
-                assert!(
-                    e <= 1e-2,
-                    "({h},{i}) {act:?} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
-                );
+                let tag = format!("({h},{i}) {act:?}");
+                worst = worst.max(run.check(&gl, &mut gc, &cl, &mut cc, gx, n, &tag));
             }
             eprintln!("({h}, {i}) {act:?}: q4k_mmq N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
         }
@@ -677,7 +652,10 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
     let host = HostLayer::random(h, i, 77);
     let mut layer = host.layer(&gpu, FfnActivation::Silu);
-    layer.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    layer.set_prefill_config(PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    });
     let baseline = layer.footprint().total();
     let (free0, _) = gpu.mem_info().unwrap();
     layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
@@ -717,4 +695,248 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
         "KV cache of {} bytes took the free memory; prefill N={n} and decode allocated nothing",
         free - slack
     );
+}
+
+/// The NVFP4 W4A4 MMQ arm on the GPU: an NVFP4 (4096, 14336) layer finalized for it on both
+/// backends. The W4A4 copies are byte-identical, `quantize_nvfp4_act` gives the CPU
+/// reference's bytes (codes and factors), and prefill at N ∈ {1, 64, 512, 4096} (sampled
+/// tokens) matches the CPU reference running the same arm (3 launches); tails are masked
+/// (nothing written past the last token). `DENSEFFN_GPU_TEST_SMALL=1`: small shapes.
+#[test]
+fn nvfp4_mmq_matches_cpu_reference() {
+    use denseffn::backend::Launch;
+    use denseffn::layer::{nvfp4_mmq_kernels, PrefillArm, PrefillConfig};
+    use denseffn_device::params::{ParamBlock, Q8Params, NVFP4_ACT_THREADS};
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let ns: &[usize] = if small() {
+        &[1, 7, 64, 130]
+    } else {
+        &[1, 64, 512, 4096]
+    };
+    let nmax = *ns.iter().max().unwrap();
+    let on = PrefillConfig {
+        q4k_mmq: false,
+        nvfp4_mmq: true,
+    };
+    for (h, i) in shapes(&[(4096, 14336)])
+        .into_iter()
+        .filter(|&(h, _)| h % 256 == 0)
+    {
+        let host = HostLayer::random(h, i, (7 * h + i) as u64);
+        let x = activations(nmax * h, 98);
+        // The activation quantization: the same bytes on both backends.
+        let quantized = |g: &Arc<dyn GpuBackend>, n: usize| -> (Vec<u8>, Vec<u8>) {
+            let xd = upload_bf16(g, &x[..n * h]);
+            let (qs, ds) = (g.alloc(n * h).unwrap(), g.alloc(n * h / 16 * 4).unwrap());
+            let p = Q8Params {
+                x: xd.0,
+                qs: qs.0,
+                ds: ds.0,
+                tokens: n as u32,
+                k: h as u32,
+            };
+            g.launch(
+                &Launch {
+                    kernel: nvfp4_mmq_kernels::QUANTIZE,
+                    grid: (n as u32, 1, 1),
+                    block: (NVFP4_ACT_THREADS, 1, 1),
+                    smem: 32,
+                    params: p.as_bytes(),
+                },
+                0,
+            )
+            .unwrap();
+            g.synchronize(0).unwrap();
+            let (mut q, mut d) = (vec![0u8; n * h], vec![0u8; n * h / 16 * 4]);
+            g.download(&mut q, qs).unwrap();
+            g.download(&mut d, ds).unwrap();
+            for p in [xd, qs, ds] {
+                g.free(p).unwrap();
+            }
+            (q, d)
+        };
+        let nq = nmax.min(64);
+        let (cq, cd) = quantized(&cpu, nq);
+        let (gq, gd) = quantized(&gpu, nq);
+        let diff = cq.iter().zip(&gq).filter(|(a, b)| a != b).count();
+        let fdiff = cd
+            .chunks_exact(4)
+            .zip(gd.chunks_exact(4))
+            .filter(|(a, b)| a != b)
+            .count();
+        eprintln!(
+            "({h}, {i}) quantize_nvfp4_act, {nq} tokens: codes differing GPU vs CPU {diff} of {}, factors {fdiff} of {}",
+            cq.len(),
+            cd.len() / 4
+        );
+        assert_eq!((diff, fdiff), (0, 0), "activation quantization differs");
+        for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+            let (mut cl, mut gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            cl.set_prefill_config(on);
+            gl.set_prefill_config(on);
+            cl.finalize_nvfp4_mmq_load(&cpu.clone(), h, i, 0).unwrap();
+            gl.finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0).unwrap();
+            assert_eq!(gl.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
+            assert_eq!(gl.footprint(), cl.footprint());
+            if act == FfnActivation::Silu {
+                let (cm, gm) = (
+                    cl.nvfp4_mmq_copies().unwrap(),
+                    gl.nvfp4_mmq_copies().unwrap(),
+                );
+                for (c, g) in [(&cm.gate, &gm.gate), (&cm.up, &gm.up)] {
+                    assert_eq!(c.codes.to_vec().unwrap(), g.codes.to_vec().unwrap());
+                    assert_eq!(c.scales.to_vec().unwrap(), g.scales.to_vec().unwrap());
+                }
+            }
+            let mut cc = ForwardContext::new(&cl, 8).unwrap();
+            let mut gc = ForwardContext::new(&gl, nmax).unwrap();
+            let gx = upload_bf16(&gpu, &x);
+            let mut worst = 0.0f64;
+            let run = Prefill {
+                gpu: &gpu,
+                cpu: &cpu,
+                x: &x,
+                h,
+                nmax,
+                launches: 3,
+            };
+            for &n in ns {
+                let tag = format!("({h},{i}) {act:?}");
+                worst = worst.max(run.check(&gl, &mut gc, &cl, &mut cc, gx, n, &tag));
+            }
+            eprintln!("({h}, {i}) {act:?}: nvfp4_mmq N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}");
+        }
+    }
+}
+
+/// The load contract on the GPU for the W4A4 arm: finalize_nvfp4_mmq_load, make the context,
+/// size a "KV cache" from the free memory `cuMemGetInfo` reports (all of it but 256 MiB) and
+/// allocate it; prefill and decode then allocate nothing and the arm's result is right.
+#[test]
+fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
+    use denseffn::layer::{PrefillArm, PrefillConfig};
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
+    let host = HostLayer::random(h, i, 79);
+    let mut layer = host.layer(&gpu, FfnActivation::Silu);
+    layer.set_prefill_config(PrefillConfig {
+        q4k_mmq: false,
+        nvfp4_mmq: true,
+    });
+    let baseline = layer.footprint().total();
+    layer
+        .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)
+        .unwrap();
+    let fp = layer.footprint();
+    assert_eq!(fp.total(), baseline);
+    assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
+    let n = 512;
+    let mut ctx = ForwardContext::new(&layer, n).unwrap();
+    let x = activations(n * h, 80);
+    let xg = upload_bf16(&gpu, &x);
+    let (free, _) = gpu.mem_info().unwrap();
+    let slack = 256 << 20;
+    let kv = gpu.alloc(free - slack).unwrap();
+    let (before, _) = gpu.mem_info().unwrap();
+    let y = download_bf16(
+        &gpu,
+        layer.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
+        n * h,
+    );
+    layer.forward(xg, &mut ctx, 0).unwrap();
+    layer.forward_km(xg, 8, &mut ctx, 0).unwrap();
+    layer.forward_prefill(xg, 1, &mut ctx, 0).unwrap();
+    gpu.synchronize(0).unwrap();
+    let (after, _) = gpu.mem_info().unwrap();
+    assert!(
+        after >= before,
+        "free memory dropped from {before} to {after}: a call allocated"
+    );
+    // Against the f64 reference on a few tokens (the arm's W4A4 bound, tests/cpu_nvfp4_mmq.rs).
+    let toks = [0usize, n / 2, n - 1];
+    let xs: Vec<f32> = toks
+        .iter()
+        .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+        .collect();
+    let ys: Vec<f64> = toks
+        .iter()
+        .flat_map(|&t| y[t * h..(t + 1) * h].iter().copied())
+        .collect();
+    let e = rel_l2(&ys, &host.reference(&xs, FfnActivation::Silu));
+    eprintln!("nvfp4_mmq N={n} vs f64 reference (3 tokens): rel L2 {e:.3}");
+    assert!(e < 0.16, "rel L2 {e}");
+    gpu.free(kv).unwrap();
+}
+
+/// One prefill arm's GPU run checked against the CPU reference running the same arm.
+struct Prefill<'a> {
+    gpu: &'a Arc<dyn GpuBackend>,
+    cpu: &'a Arc<dyn GpuBackend>,
+    /// Input tokens, `[nmax][h]`.
+    x: &'a [f32],
+    h: usize,
+    nmax: usize,
+    /// Launches the arm makes per call.
+    launches: u64,
+}
+
+impl Prefill<'_> {
+    /// Runs `n` tokens on the GPU layer `gl` (output poisoned first): the launch count, every
+    /// token written, nothing past the last, and sampled tokens (first, last, middle) within
+    /// 1e-2 relative L2 of the CPU layer `cl`. Returns that error.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        gl: &denseffn::layer::DenseFfnLayer,
+        gc: &mut ForwardContext,
+        cl: &denseffn::layer::DenseFfnLayer,
+        cc: &mut ForwardContext,
+        gx: denseffn::backend::DevicePtr,
+        n: usize,
+        tag: &str,
+    ) -> f64 {
+        let (gpu, cpu, x, h, nmax) = (self.gpu, self.cpu, self.x, self.h, self.nmax);
+        gpu.memset(gc.output(), 0xFF, nmax * h * 2).unwrap();
+        let before = gpu.launch_count();
+        let y = gl.forward_prefill(gx, n, gc, 0).unwrap();
+        assert_eq!(
+            gpu.launch_count() - before,
+            self.launches,
+            "{tag} N={n}: launches"
+        );
+        let got = download_bf16(gpu, y, nmax * h);
+        assert!(
+            got[..n * h].iter().all(|v| v.is_finite()),
+            "{tag} N={n}: unwritten outputs"
+        );
+        assert!(
+            got[n * h..].iter().all(|v| v.is_nan()),
+            "{tag} N={n}: wrote past the last token"
+        );
+        let mut sample: Vec<usize> = vec![0, 1, 2, n / 3, n / 2, n.saturating_sub(2), n - 1];
+        sample.retain(|&t| t < n);
+        sample.sort();
+        sample.dedup();
+        let xs: Vec<f32> = sample
+            .iter()
+            .flat_map(|&t| x[t * h..(t + 1) * h].iter().copied())
+            .collect();
+        let want = download_bf16(
+            cpu,
+            cl.forward_prefill(upload_bf16(cpu, &xs), sample.len(), cc, 0)
+                .unwrap(),
+            sample.len() * h,
+        );
+        let got_s: Vec<f64> = sample
+            .iter()
+            .flat_map(|&t| got[t * h..(t + 1) * h].iter().copied())
+            .collect();
+        let e = rel_l2(&got_s, &want);
+        assert!(
+            e <= 1e-2,
+            "{tag} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
+        );
+        e
+    }
 }

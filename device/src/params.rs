@@ -395,3 +395,51 @@ unsafe impl ParamBlock for RequantParams {}
 /// Shared memory of `requant_nvfp4_q4k`: 32 f32 values per thread, then an f32 (scale, min)
 /// pair and a u32 of 6-bit (scale, min) per thread.
 pub const REQUANT_SMEM_BYTES: u32 = Q8_THREADS * (32 * 4 + 8 + 4);
+
+/// Parameters of the NVFP4 W4A4 MMQ gate+up GEMM (`nvfp4_mmq_gate_up_act`): `G[t][row] = Σ_k
+/// W0[row][k] · X[t][k]`, `U` likewise with `W1`, out bf16 `act(G)·U` `[tokens][n]` (`act`: 1
+/// SiLU, 2 GELU-tanh). W0/W1 in the W4A4 layout (`formats::nvfp4_mmq`: 16×64 tiles of
+/// fragment-ordered E2M1 codes and E4M3 scales), X quantized per token to NVFP4
+/// (`quantize_nvfp4_act`: int8 doubled codes, f32 factor per 16). Integer `m16n8k16` products
+/// per 16-value group, scaled in f32 by `e4m3(s_w) · factor_x`, the global scales applied once
+/// in the epilogue. Grid: (`ceil(n / 128)`, `ceil(tokens / MMQ_TOKENS_PER_BLOCK)`); block 256
+/// threads; shared memory [`MMQ_SMEM_BYTES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct W4a4Params {
+    /// Codes of projection 0 (gate).
+    pub w0: u64,
+    /// E4M3 scales of projection 0.
+    pub s0: u64,
+    /// Codes of projection 1 (up).
+    pub w1: u64,
+    /// E4M3 scales of projection 1.
+    pub s1: u64,
+    /// Activation codes, int8 doubled E2M1 `[tokens][k]` (each 32-block permuted, `q8_pos`).
+    pub xq: u64,
+    /// Activation factors, f32 `[tokens][k / 16]`.
+    pub xs: u64,
+    /// Output, bf16 `[tokens][n]`.
+    pub out: u64,
+    /// Global scale of projection 0.
+    pub gscale0: f32,
+    /// Global scale of projection 1.
+    pub gscale1: f32,
+    /// Output rows (multiple of 16).
+    pub n: u32,
+    /// Reduction length (multiple of 256).
+    pub k: u32,
+    /// Tokens (≥ 1).
+    pub tokens: u32,
+    /// Epilogue activation: 1 SiLU, 2 GELU-tanh.
+    pub act: u32,
+}
+
+// SAFETY: repr(C), 7 u64 then 6 four-byte fields: no padding.
+unsafe impl ParamBlock for W4a4Params {}
+
+/// Rows per block of the W4A4 gate+up GEMM (8 warps × one 16-row tile of each projection).
+pub const W4A4_ROWS_PER_BLOCK: u32 = 128;
+
+/// Threads per block of `quantize_nvfp4_act` (one block per token).
+pub const NVFP4_ACT_THREADS: u32 = 256;

@@ -50,6 +50,8 @@ pub(crate) const KERNELS: &[&str] = &[
     "q4k_mmq_gate_up_act",
     "q4k_mmq",
     "requant_nvfp4_q4k",
+    "quantize_nvfp4_act",
+    "nvfp4_mmq_gate_up_act",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -98,6 +100,8 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         "quantize_q8_32" => super::cpu_mmq::quantize(mem, &params(l)?),
         "requant_nvfp4_q4k" => super::cpu_mmq::requant(mem, &params(l)?),
         "q4k_mmq_gate_up_act" | "q4k_mmq" => super::cpu_mmq::gemm(mem, &params(l)?),
+        "quantize_nvfp4_act" => super::cpu_nvfp4_mmq::quantize(mem, &params(l)?),
+        "nvfp4_mmq_gate_up_act" => super::cpu_nvfp4_mmq::gemm(mem, &params(l)?),
         k if k.contains("gemv") => gemv(mem, &params(l)?, format_of(k)),
         k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),

@@ -185,47 +185,58 @@ fn project(
     xq: &[i8],
     xd: &[f32],
 ) -> Vec<f64> {
-    let (row_tiles, k_tiles) = (n / TILE_ROWS, k / TILE_K);
+    let k_tiles = k / TILE_K;
+    by_row_tiles(n, t, |rt, part| {
+        for kt in 0..k_tiles {
+            let tile = rt * k_tiles + kt;
+            let c = &codes[tile * TILE_CODE_BYTES..][..TILE_CODE_BYTES];
+            let h = &heads[tile * TILE_HEAD_BYTES..][..TILE_HEAD_BYTES];
+            for lr in 0..TILE_ROWS {
+                let head = &h[fmt::head_pos(lr)..][..HEAD_BYTES];
+                for s in 0..TILE_K / SUB {
+                    let (a, b) = fmt::sub_scales(head, s);
+                    let q: [i32; SUB] = std::array::from_fn(|i| {
+                        let (off, sh) = code_pos(lr, s * SUB + i);
+                        ((c[off] >> sh) & 15) as i32
+                    });
+                    let blk = kt * (TILE_K / SUB) + s;
+                    for tok in 0..t {
+                        let xs = &xq[tok * k + blk * SUB..][..SUB];
+                        let dot: i32 = (0..SUB).map(|i| q[i] * xs[fmt::q8_pos(i)] as i32).sum();
+                        let (dx, sx) = (
+                            xd[2 * (tok * k / SUB + blk)],
+                            xd[2 * (tok * k / SUB + blk) + 1],
+                        );
+                        part[lr * t + tok] +=
+                            a as f64 * (dx as f64 * dot as f64) - b as f64 * sx as f64;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `y[tok][row]` of an `n`-row projection for `t` tokens: `tile(rt, part)` adds row tile `rt`'s
+/// sums into `part` (`[16 rows][t]`, zeroed); row tiles are spread over threads.
+pub(super) fn by_row_tiles(
+    n: usize,
+    t: usize,
+    tile: impl Fn(usize, &mut [f64]) + Sync,
+) -> Vec<f64> {
+    let row_tiles = n / TILE_ROWS;
     let threads = std::thread::available_parallelism()
         .map_or(1, |v| v.get())
         .min(row_tiles);
     let per = row_tiles.div_ceil(threads);
+    let tile = &tile;
     let parts: Vec<(usize, Vec<f64>)> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 sc.spawn(move || {
                     let (rt0, rt1) = (i * per, ((i + 1) * per).min(row_tiles));
                     let mut part = vec![0.0f64; rt1.saturating_sub(rt0) * TILE_ROWS * t];
-                    for rt in rt0..rt1 {
-                        for kt in 0..k_tiles {
-                            let tile = rt * k_tiles + kt;
-                            let c = &codes[tile * TILE_CODE_BYTES..][..TILE_CODE_BYTES];
-                            let h = &heads[tile * TILE_HEAD_BYTES..][..TILE_HEAD_BYTES];
-                            for lr in 0..TILE_ROWS {
-                                let head = &h[fmt::head_pos(lr)..][..HEAD_BYTES];
-                                for s in 0..TILE_K / SUB {
-                                    let (a, b) = fmt::sub_scales(head, s);
-                                    let q: [i32; SUB] = std::array::from_fn(|i| {
-                                        let (off, sh) = code_pos(lr, s * SUB + i);
-                                        ((c[off] >> sh) & 15) as i32
-                                    });
-                                    let blk = kt * (TILE_K / SUB) + s;
-                                    for tok in 0..t {
-                                        let xs = &xq[tok * k + blk * SUB..][..SUB];
-                                        let dot: i32 = (0..SUB)
-                                            .map(|i| q[i] * xs[fmt::q8_pos(i)] as i32)
-                                            .sum();
-                                        let (dx, sx) = (
-                                            xd[2 * (tok * k / SUB + blk)],
-                                            xd[2 * (tok * k / SUB + blk) + 1],
-                                        );
-                                        part[((rt - rt0) * TILE_ROWS + lr) * t + tok] += a as f64
-                                            * (dx as f64 * dot as f64)
-                                            - b as f64 * sx as f64;
-                                    }
-                                }
-                            }
-                        }
+                    for (rt, p) in (rt0..rt1).zip(part.chunks_mut(TILE_ROWS * t)) {
+                        tile(rt, p);
                     }
                     (rt0, part)
                 })

@@ -6,6 +6,7 @@
 mod cpu;
 pub(crate) mod cpu_kernels;
 mod cpu_mmq;
+mod cpu_nvfp4_mmq;
 mod cuda;
 pub mod graph;
 

@@ -30,12 +30,36 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "nvfp4_lora16", ggml: "nvfp4", install: |l, r| lora(l, r, 16), remove: DenseFfnLayer::clear_lora },
     BenchFormat { name: "nvfp4_lora64", ggml: "nvfp4", install: |l, r| lora(l, r, 64), remove: DenseFfnLayer::clear_lora },
     BenchFormat { name: "q4k_mmq", ggml: "q4_K", install: q4k_mmq, remove: |l| { l.clear_overlay(OverlayKind::Q4k); l.set_prefill_config(PrefillConfig::default()) } },
+    BenchFormat { name: "nvfp4_mmq", ggml: "nvfp4", install: |l, _| nvfp4_mmq(l), remove: undo_nvfp4_mmq },
 ];
+
+/// The NVFP4 layer with the W4A4 `nvfp4_mmq` prefill arm enabled and finalized (decode as
+/// `nvfp4`); removing it rebuilds the gate/up `_t` copies.
+fn nvfp4_mmq(l: &mut DenseFfnLayer) -> Result<()> {
+    l.set_prefill_config(PrefillConfig {
+        q4k_mmq: false,
+        nvfp4_mmq: true,
+    });
+    let (gpu, h, i) = (l.gpu().clone(), l.hidden(), l.intermediate());
+    l.finalize_nvfp4_mmq_load(&gpu, h, i, 0)
+}
 
 /// Native Q4_K weights installed with the `q4k_mmq` prefill arm enabled (decode as `q4k`).
 fn q4k_mmq(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
-    l.set_prefill_config(PrefillConfig { q4k_mmq: true });
+    l.set_prefill_config(PrefillConfig {
+        q4k_mmq: true,
+        nvfp4_mmq: false,
+    });
     overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights)
+}
+
+/// Disables the arm and rebuilds the gate/up `_t` copies (on failure the following formats'
+/// prefill rows say why).
+fn undo_nvfp4_mmq(l: &mut DenseFfnLayer) {
+    l.set_prefill_config(PrefillConfig::default());
+    if let Err(e) = l.undo_nvfp4_mmq_load(0) {
+        tracing::warn!("bench: restoring the `_t` copies after nvfp4_mmq: {e}");
+    }
 }
 
 /// The format named `name`.

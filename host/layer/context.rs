@@ -23,7 +23,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// rank — and for `max_tokens` at the layer's LoRA rank when it has one at creation — its
 /// split-K partials, 128 KiB, and counters); and
 /// when the layer has the `q4k_mmq` arm enabled, its int8 scratch: `max_tokens · max(h, i)` code
-/// bytes and 8 bytes of `(d, s)` per 32 values. Everything is allocated here: no call allocates.
+/// bytes and 8 bytes of `(d, s)` per 32 values; when only the `nvfp4_mmq` arm is enabled, its
+/// NVFP4 activation scratch in the same buffers: `max_tokens · hidden` int8 doubled E2M1 codes
+/// and an f32 factor per 16 values. Everything is allocated here: no call allocates.
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -36,7 +38,8 @@ pub struct ForwardContext {
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
     pub(crate) lora: super::lora::LoraScratch,
-    /// The `q4k_mmq` arm's int8 scratch (when the layer enabled the arm before this was made).
+    /// The `q4k_mmq` / `nvfp4_mmq` arms' activation scratch (when the layer enabled an arm
+    /// before this was made; the two arms never run at once, so they share it).
     pub(crate) mmq: Option<super::mmq::MmqScratch>,
 }
 
@@ -73,10 +76,13 @@ impl ForwardContext {
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
-            mmq: if layer.prefill_config().q4k_mmq {
-                Some(super::mmq::MmqScratch::new(gpu, max_tokens, h.max(i))?)
-            } else {
-                None
+            mmq: match (
+                layer.prefill_config().q4k_mmq,
+                layer.prefill_config().nvfp4_mmq,
+            ) {
+                (true, _) => Some(super::mmq::MmqScratch::new(gpu, max_tokens, h.max(i))?),
+                (false, true) => Some(super::mmq::MmqScratch::new(gpu, max_tokens, h)?),
+                (false, false) => None,
             },
         })
     }

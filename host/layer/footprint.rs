@@ -10,7 +10,8 @@ pub struct Footprint {
     /// The prefill `_t` copies still held (the finalize paths free them).
     pub t_copies: usize,
     /// Load-time materialized copies for MMQ prefill arms: the Q4_K MMQ copies of an NVFP4
-    /// layer (`finalize_q4k_load`) and of installed native Q4_K weights.
+    /// layer (`finalize_q4k_load`) and of installed native Q4_K weights, and the W4A4 copies of
+    /// gate and up (`finalize_nvfp4_mmq_load`).
     pub mmq_copies: usize,
     /// Overlay weights (FP8, BF16, Q2_0, Q4_K tiles).
     pub overlays: usize,
@@ -35,7 +36,9 @@ impl DenseFfnLayer {
             t_copies: w.t_bytes(),
             overlays: self.overlays.bytes(),
             lora: self.lora_bytes(),
-            mmq_copies: self.mmq.as_ref().map_or(0, |m| m.bytes()) + self.overlays.mmq_bytes(),
+            mmq_copies: self.mmq.as_ref().map_or(0, |m| m.bytes())
+                + self.nvfp4_mmq.as_ref().map_or(0, |m| m.bytes())
+                + self.overlays.mmq_bytes(),
         }
     }
 }

@@ -325,7 +325,8 @@ impl DenseFfnLayer {
     ///
     /// Refused (`Error::Unsupported`, naming the overlay) while a Q2_0, Q4_K, FP8 or BF16
     /// overlay is installed (their paths do not apply the deltas; LoRA is for NVFP4 weights
-    /// only), for placeholder NVFP4 weights, and after `finalize_q4k_load` made Q4_K MMQ copies
+    /// only), for placeholder NVFP4 weights, and after `finalize_q4k_load` or
+    /// `finalize_nvfp4_mmq_load` made MMQ copies
     /// (that arm does not apply them either; `finalize_q4k_load` is refused while LoRA is
     /// installed). Checked: rank 1..=[`MAX_LORA_RANK`], every
     /// shape (`a` `[rank, in]`, `b` `[out, rank]` of the layer's projections), every value and
@@ -351,6 +352,11 @@ impl DenseFfnLayer {
         if self.mmq.is_some() {
             return Err(Error::Unsupported(
                 "set_lora_weights: finalize_q4k_load made this layer's prefill run the q4k_mmq arm (and freed the `_t` copies), which does not apply LoRA deltas".into(),
+            ));
+        }
+        if self.nvfp4_mmq.is_some() {
+            return Err(Error::Unsupported(
+                "set_lora_weights: finalize_nvfp4_mmq_load made this layer's prefill run the nvfp4_mmq arm (and freed the gate/up `_t` copies), which does not apply LoRA deltas".into(),
             ));
         }
         if !(1..=MAX_LORA_RANK).contains(&w.rank) {

@@ -48,13 +48,20 @@ pub struct PrefillConfig {
     /// [`DenseFfnLayer::finalize_q4k_load`]). Also makes [`super::ForwardContext::new`]
     /// allocate the arm's int8 scratch.
     pub q4k_mmq: bool,
+    /// Enable the NVFP4 W4A4 MMQ arm (`nvfp4_mmq`): it runs when this is set AND the layer
+    /// holds W4A4 copies of gate and up ([`DenseFfnLayer::finalize_nvfp4_mmq_load`]) and down's
+    /// `_t` copy. Also makes [`super::ForwardContext::new`] allocate the arm's scratch.
+    pub nvfp4_mmq: bool,
 }
 
 impl PrefillConfig {
-    /// `q4k_mmq` from `DENSEFFN_FFN_MMQ` (`1` enables it; anything else, or unset, does not).
+    /// `q4k_mmq` from `DENSEFFN_FFN_MMQ`, `nvfp4_mmq` from `DENSEFFN_FFN_NVFP4_MMQ` (`1`
+    /// enables it; anything else, or unset, does not).
     pub fn from_env() -> Self {
+        let on = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "1");
         PrefillConfig {
-            q4k_mmq: std::env::var(MMQ_ENV).is_ok_and(|v| v.trim() == "1"),
+            q4k_mmq: on(MMQ_ENV),
+            nvfp4_mmq: on(super::NVFP4_MMQ_ENV),
         }
     }
 }
@@ -136,6 +143,8 @@ impl MmqCopies {
 pub(crate) struct MmqScratch {
     pub q: DeviceBuffer,
     pub d: DeviceBuffer,
+    /// Values per token it holds.
+    pub width: usize,
 }
 
 impl MmqScratch {
@@ -144,6 +153,7 @@ impl MmqScratch {
         Ok(MmqScratch {
             q: DeviceBuffer::alloc(gpu, blocks * SUB)?,
             d: DeviceBuffer::alloc(gpu, blocks * 8)?,
+            width,
         })
     }
 
@@ -218,18 +228,7 @@ impl DenseFfnLayer {
         inter: usize,
         stream: u64,
     ) -> Result<()> {
-        if !std::ptr::addr_eq(Arc::as_ptr(gpu), Arc::as_ptr(&self.gpu)) {
-            return Err(Error::Invalid(
-                "finalize_q4k_load: `gpu` is not the backend this layer was built on".into(),
-            ));
-        }
-        if (h, inter) != (self.hidden(), self.intermediate()) {
-            return Err(Error::Shape(format!(
-                "finalize_q4k_load: called with hidden {h} / intermediate {inter}, the layer is {} / {}",
-                self.hidden(),
-                self.intermediate()
-            )));
-        }
+        self.check_finalize_args("finalize_q4k_load", gpu, h, inter)?;
         let noop = |why: &str| {
             tracing::debug!("finalize_q4k_load: nothing to do ({why})");
             Ok(())
@@ -299,6 +298,30 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// The checks every finalize path makes first: `gpu` is the layer's backend and `(h, inter)`
+    /// its shape.
+    pub(super) fn check_finalize_args(
+        &self,
+        what: &str,
+        gpu: &Arc<dyn GpuBackend>,
+        h: usize,
+        inter: usize,
+    ) -> Result<()> {
+        if !std::ptr::addr_eq(Arc::as_ptr(gpu), Arc::as_ptr(&self.gpu)) {
+            return Err(Error::Invalid(format!(
+                "{what}: `gpu` is not the backend this layer was built on"
+            )));
+        }
+        if (h, inter) != (self.hidden(), self.intermediate()) {
+            return Err(Error::Shape(format!(
+                "{what}: called with hidden {h} / intermediate {inter}, the layer is {} / {}",
+                self.hidden(),
+                self.intermediate()
+            )));
+        }
+        Ok(())
+    }
+
     /// The `q4k_mmq` arm's 4 launches for `n` tokens of `input` into the context's output.
     pub(crate) fn prefill_mmq(
         &self,
@@ -315,11 +338,16 @@ impl DenseFfnLayer {
                 "forward_prefill: this ForwardContext has no q4k_mmq scratch (it was made before the arm was enabled): make a new one".into(),
             )
         })?;
+        let (h, i) = (self.hidden(), self.intermediate());
+        if s.width < h.max(i) {
+            return Err(Error::Invalid(
+                "forward_prefill: this ForwardContext holds only the nvfp4_mmq arm's scratch (made before q4k_mmq was enabled): make a new one".into(),
+            ));
+        }
         let act = match self.activation() {
             super::FfnActivation::Silu => 1,
             super::FfnActivation::Gelu => 2,
         };
-        let (h, i) = (self.hidden(), self.intermediate());
         self.launch_quantize(input, h, n, s, stream)?;
         let gu = MmqParams {
             w1: m.up.codes.ptr().0,

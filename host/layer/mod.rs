@@ -4,6 +4,7 @@ mod context;
 mod footprint;
 mod lora;
 mod mmq;
+mod nvfp4_mmq;
 mod overlay;
 pub mod plan;
 mod prefill;
@@ -13,6 +14,10 @@ pub use context::{ForwardContext, MAX_GEMV_TOKENS};
 pub use footprint::Footprint;
 pub use lora::{LoraFfnWeights, LoraProjection, ShrinkPlan, MAX_LORA_RANK};
 pub use mmq::{kernels as mmq_kernels, MmqCopies, MmqWeight, PrefillConfig, MMQ_ENV};
+pub use nvfp4_mmq::{
+    kernels as nvfp4_mmq_kernels, relayout_tiled, Nvfp4MmqCopies, Nvfp4MmqWeight, NVFP4_MMQ_ENV,
+    NVFP4_MMQ_K_UNIT,
+};
 pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
@@ -195,6 +200,8 @@ pub struct DenseFfnLayer {
     prefill_config: PrefillConfig,
     /// The NVFP4 layer's Q4_K MMQ copies (from `finalize_q4k_load`).
     mmq: Option<MmqCopies>,
+    /// The NVFP4 layer's W4A4 copies of gate and up (from `finalize_nvfp4_mmq_load`).
+    nvfp4_mmq: Option<Nvfp4MmqCopies>,
 }
 
 impl DenseFfnLayer {
@@ -230,6 +237,7 @@ impl DenseFfnLayer {
             lora: None,
             prefill_config: PrefillConfig::from_env(),
             mmq: None,
+            nvfp4_mmq: None,
         })
     }
 

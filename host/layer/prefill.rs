@@ -11,12 +11,20 @@
 //! | 4a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
 //! | 4b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
 //! | 5a | `q4k_mmq` | no overlay, the MMQ arm is enabled and `finalize_q4k_load` made the Q4_K copies | as 2a |
-//! | 5b | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` (with LoRA: `lora_shrink`, `gemm_nvfp4_t_lora_gate_up_act`, `lora_shrink`, `gemm_nvfp4_t_lora_down`) |
+//! | 5b | `nvfp4_mmq` | no overlay, the W4A4 arm is enabled, `finalize_nvfp4_mmq_load` made the gate/up copies and down's `_t` copy is held | `quantize_nvfp4_act`, `nvfp4_mmq_gate_up_act`, `gemm_nvfp4_t_down` |
+//! | 5c | `nvfp4_t_m128` | the NVFP4 `_t` copies are held | `gemm_nvfp4_t_gate_up_act`, `gemm_nvfp4_t_down` (with LoRA: `lora_shrink`, `gemm_nvfp4_t_lora_gate_up_act`, `lora_shrink`, `gemm_nvfp4_t_lora_down`) |
 //! | – | (none) | otherwise | `Error::Unsupported` naming what is missing |
 //!
 //! The MMQ arm (`q4k_mmq`, `super::mmq`) is enabled by `PrefillConfig::q4k_mmq` or
 //! `DENSEFFN_FFN_MMQ=1`; it quantizes activations per 32 to int8 and multiplies on integer
 //! tensor cores: 4 launches (quantize, gate+up with the activation fused, quantize, down), any N.
+//!
+//! The W4A4 arm (`nvfp4_mmq`, `super::nvfp4_mmq`) is enabled by `PrefillConfig::nvfp4_mmq` or
+//! `DENSEFFN_FFN_NVFP4_MMQ=1`: activations quantized per token to NVFP4, gate+up NVFP4 × NVFP4
+//! on int8 tensor cores, down on the bf16 GEMM over its `_t` copy: 3 launches, any N. It sits
+//! below `q4k_mmq` (5a): `finalize_q4k_load` frees down's `_t` copy, which the hybrid arm needs,
+//! so a layer finalized for Q4_K MMQ can only run that arm; and above `nvfp4_t_m128`, whose
+//! gate/up `_t` copies `finalize_nvfp4_mmq_load` frees.
 //!
 //! Every GEMM arm is the same tensor-core GEMM (`device/src/kernels/gemm.rs`) over a different
 //! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
@@ -52,6 +60,10 @@ pub enum PrefillArm {
     Q4kMmq,
     /// N ≤ 8 on a BF16 layer: the BF16 tensor-core GEMV over all N rows at once.
     Bf16GemvM8,
+    /// NVFP4 W4A4: activations quantized per token to NVFP4, gate+up on int8 tensor cores
+    /// (`mma.m16n8k16` s8 per 16-value group) with the activation fused, down on the bf16 GEMM
+    /// over its `_t` copy; 3 launches.
+    Nvfp4Mmq,
 }
 
 impl PrefillArm {
@@ -65,6 +77,7 @@ impl PrefillArm {
             PrefillArm::Bf16Gemm => "bf16_gemm",
             PrefillArm::Bf16GemvM8 => "bf16_gemv_m8",
             PrefillArm::Q4kMmq => "q4k_mmq",
+            PrefillArm::Nvfp4Mmq => "nvfp4_mmq",
         }
     }
 
@@ -84,6 +97,7 @@ impl PrefillArm {
                 super::mmq_kernels::QUANTIZE,
                 super::mmq_kernels::DOWN,
             ],
+            PrefillArm::Nvfp4Mmq => &super::nvfp4_mmq_kernels::ALL,
         }
     }
 }
@@ -131,8 +145,14 @@ impl DenseFfnLayer {
             return Ok(PrefillArm::Q4kMmq);
         }
         let w = self.weights();
+        if self.prefill_config().nvfp4_mmq && self.has_nvfp4_mmq_copies() && w.down_t.is_some() {
+            return Ok(PrefillArm::Nvfp4Mmq);
+        }
         if w.gate_t.is_some() && w.up_t.is_some() && w.down_t.is_some() {
             return Ok(PrefillArm::Nvfp4TM128);
+        }
+        if self.has_nvfp4_mmq_copies() && w.down_t.is_some() {
+            return Err(Error::Unsupported("prefill: the gate/up `_t` copies were freed by finalize_nvfp4_mmq_load and the nvfp4_mmq arm that replaces them is disabled (PrefillConfig::nvfp4_mmq)".into()));
         }
         if self.has_q4k_mmq_copies() {
             return Err(Error::Unsupported("prefill: the NVFP4 `_t` copies were freed by finalize_q4k_load and the q4k_mmq arm that replaces them is disabled (PrefillConfig::q4k_mmq)".into()));
@@ -165,6 +185,8 @@ impl DenseFfnLayer {
             self.decode_into(input, ctx.out.ptr(), num_tokens, ctx, stream)?;
         } else if arm == PrefillArm::Q4kMmq {
             self.prefill_mmq(input, num_tokens, ctx, stream)?;
+        } else if arm == PrefillArm::Nvfp4Mmq {
+            self.prefill_nvfp4_mmq(input, num_tokens, ctx, stream)?;
         } else {
             let (gate, up, down) = self.prefill_weights(arm)?;
             self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
@@ -191,9 +213,10 @@ impl DenseFfnLayer {
             PrefillArm::Q4kGemm => overlay(OverlayKind::Q4k),
             PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
             PrefillArm::Bf16Gemm | PrefillArm::Bf16GemvM8 => overlay(OverlayKind::Bf16),
-            PrefillArm::Q4kMmq => Err(Error::Unsupported(
-                "prefill: the q4k_mmq arm reads MMQ copies, not tiles".into(),
-            )),
+            PrefillArm::Q4kMmq | PrefillArm::Nvfp4Mmq => Err(Error::Unsupported(format!(
+                "prefill: the {} arm reads MMQ copies, not tiles",
+                arm.name()
+            ))),
             PrefillArm::Nvfp4TM128 => {
                 let w = self.weights();
                 match (&w.gate_t, &w.up_t, &w.down_t) {
@@ -246,7 +269,12 @@ impl DenseFfnLayer {
 
     /// Launches one GEMM; with LoRA as the programmatic dependent of the `lora_shrink` right
     /// before it (the GEMM waits for `ax` in its epilogue).
-    fn launch_gemm(&self, kernel: &'static str, p: &GemmParams, stream: u64) -> Result<()> {
+    pub(super) fn launch_gemm(
+        &self,
+        kernel: &'static str,
+        p: &GemmParams,
+        stream: u64,
+    ) -> Result<()> {
         let dual = p.w1 != 0;
         let grid = (
             p.n.div_ceil(GEMM_ROWS_PER_BLOCK),

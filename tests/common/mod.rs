@@ -327,7 +327,10 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
         }
         // The Q4_K MMQ arm: an NVFP4 layer finalized for it (requantization at load), and
         // native Q4_K weights installed with it enabled.
-        let on = denseffn::layer::PrefillConfig { q4k_mmq: true };
+        let on = denseffn::layer::PrefillConfig {
+            q4k_mmq: true,
+            nvfp4_mmq: false,
+        };
         for native in [false, true] {
             let mut layer = host.layer(gpu, act);
             layer.set_prefill_config(on);
@@ -346,6 +349,21 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
             }
             gpu.synchronize(0).unwrap();
         }
+        // The NVFP4 W4A4 MMQ arm: an NVFP4 layer finalized for it.
+        let mut layer = host.layer(gpu, act);
+        layer.set_prefill_config(denseffn::layer::PrefillConfig {
+            q4k_mmq: false,
+            nvfp4_mmq: true,
+        });
+        layer
+            .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)
+            .unwrap();
+        let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+        for n in [5, 64] {
+            seen.extend(layer.prefill_kernels(n));
+            layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
+        }
+        gpu.synchronize(0).unwrap();
     }
     denseffn::backend::CpuBackend::kernels()
         .iter()

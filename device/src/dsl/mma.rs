@@ -67,3 +67,25 @@ pub fn mma_s8_s32(a: [u32; 4], b: [u32; 2], c: [i32; 4]) -> [i32; 4] {
     }
     [d0, d1, d2, d3]
 }
+
+/// `D = A·B + C` for one `m16n8k16` tile of signed 8-bit integers, s32 accumulate:
+/// `mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32`. Fragment layouts (PTX ISA), lane `g =
+/// lane/4`, `t = lane%4`, four int8 per register (byte `i` = element `i`): `a[0]` = row g, k
+/// `4t+i`; `a[1]` = row g+8, k `4t+i`; `b` = k `4t+i`, column g; `c[0..2]` = row g, columns
+/// 2t, 2t+1; `c[2..4]` = row g+8. Exact (integer) products and sums.
+#[inline(always)]
+pub fn mma_s8_k16_s32(a: [u32; 2], b: u32, c: [i32; 4]) -> [i32; 4] {
+    let (d0, d1, d2, d3);
+    // SAFETY: as mma_f16_f32; not `pure`, so never sunk into a divergent branch.
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}}}, {{{b0}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+            d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+            a0 = in(reg32) a[0], a1 = in(reg32) a[1],
+            b0 = in(reg32) b,
+            c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+            options(nostack, nomem)
+        );
+    }
+    [d0, d1, d2, d3]
+}

@@ -18,8 +18,8 @@ use crate::params::{MmqParams, MMQ_SINGLE_RT, MMQ_SMEM_TOKEN_STRIDE, MMQ_TOKENS_
 
 const WARPS: u32 = 8;
 const NF: usize = (MMQ_TOKENS_PER_BLOCK / 8) as usize;
-const QS_BYTES: u32 = MMQ_TOKENS_PER_BLOCK * MMQ_SMEM_TOKEN_STRIDE;
-const BUF_BYTES: u32 = QS_BYTES + MMQ_TOKENS_PER_BLOCK * 64;
+pub(super) const QS_BYTES: u32 = MMQ_TOKENS_PER_BLOCK * MMQ_SMEM_TOKEN_STRIDE;
+pub(super) const BUF_BYTES: u32 = QS_BYTES + MMQ_TOKENS_PER_BLOCK * 64;
 const NIB: u32 = 0x0F0F_0F0F;
 
 /// One lane's share of one tile: 16 code words (2 per sub-block), rows g and g+8's headers.
@@ -61,10 +61,20 @@ fn row_scales<const S: usize>(h: [u32; 4]) -> (f32, f32) {
 
 /// This thread's share of one super-block of activations: 4 × 16 code bytes, 16 bytes of `(d, s)`.
 #[derive(Clone, Copy)]
-struct Staged([[u32; 4]; 5]);
+pub(super) struct Staged(pub(super) [[u32; 4]; 5]);
 
+/// Where the staged activations come from: codes, f32 pairs, tokens, values per token.
+pub(super) struct Act {
+    pub xq: u64,
+    pub xd: u64,
+    pub tokens: u32,
+    pub k: u32,
+}
+
+/// Loads this thread's share of super-block `c` (256 columns) of `tokens` activations from int8
+/// codes `xq` `[tokens][k]` and f32 pairs `xd` `[tokens][k / 32][2]` (also the W4A4 arm's).
 #[inline(always)]
-unsafe fn stage_load(p: &MmqParams, tok0: u32, c: u32) -> Staged {
+pub(super) unsafe fn stage_load(p: &Act, tok0: u32, c: u32) -> Staged {
     let mut v = [[0u32; 4]; 5];
     let tid = thread_x();
     unroll4!(I, 0 => {
@@ -83,8 +93,10 @@ unsafe fn stage_load(p: &MmqParams, tok0: u32, c: u32) -> Staged {
     Staged(v)
 }
 
+/// Stores a [`Staged`] share into one shared-memory buffer: codes at `token · stride`, pairs at
+/// `QS_BYTES + (sub-block · 64 + token) · 8`.
 #[inline(always)]
-unsafe fn stage_store(buf: Smem, s: Staged) {
+pub(super) unsafe fn stage_store(buf: Smem, s: Staged) {
     let tid = thread_x();
     unroll4!(I, 0 => {
         let idx = tid + 256 * I as u32;
@@ -110,6 +122,12 @@ unsafe fn mmq<const P: usize, const RT: usize>(p: &MmqParams) {
     let active = |r: usize| rt0 + (r as u32) < row_tiles;
     let tile = |r: usize, c: u32| (rt0 + r as u32) * k_tiles + c;
     let w = [(p.w0, p.h0), (p.w1, p.h1), (0, 0), (0, 0)];
+    let x = Act {
+        xq: p.xq,
+        xd: p.xd,
+        tokens: p.tokens,
+        k: p.k,
+    };
 
     let mut acc = [[[[0.0f32; 4]; NF]; RT]; P];
     let mut cur = [[ZERO; RT]; P];
@@ -122,14 +140,14 @@ unsafe fn mmq<const P: usize, const RT: usize>(p: &MmqParams) {
             });
         }
     });
-    stage_store(smem, stage_load(p, tok0, 0));
+    stage_store(smem, stage_load(&x, tok0, 0));
     sync_threads();
     for c in 0..k_tiles {
         let last = c + 1 == k_tiles;
         let mut next = [[ZERO; RT]; P];
         let mut xn = Staged([[0; 4]; 5]);
         if !last {
-            xn = stage_load(p, tok0, c + 1);
+            xn = stage_load(&x, tok0, c + 1);
             unroll4!(R, 0 => {
                 if R < RT && active(R) {
                     unroll4!(Q, 0 => {

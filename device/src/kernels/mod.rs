@@ -39,5 +39,6 @@ pub mod gemm;
 pub mod gemv;
 pub mod lora;
 pub mod mmq;
+pub mod nvfp4_mmq;
 pub mod q8;
 pub mod tiles;
