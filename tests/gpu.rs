@@ -6,6 +6,23 @@ use denseffn::layer::{FfnActivation, ForwardContext};
 use denseffn::reference::rel_l2;
 use std::sync::Arc;
 
+/// The device's memory, shared by the tests of this binary: the KV-cache tests take all free
+/// memory, so they hold it exclusively; every other test holds it shared (tests may run on
+/// several threads at once).
+enum Memory {
+    Shared(#[allow(dead_code)] std::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),
+}
+
+fn device_memory(exclusive: bool) -> Memory {
+    static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+    if exclusive {
+        Memory::Exclusive(LOCK.write().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        Memory::Shared(LOCK.read().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 fn cuda() -> Option<Arc<dyn GpuBackend>> {
     match CudaBackend::new() {
         Ok(c) => Some(Arc::new(c)),
@@ -34,6 +51,7 @@ const SHAPES: &[(usize, usize)] = &[(2048, 5632), (1536, 8960), (4096, 14336), (
 
 #[test]
 fn decode_matches_cpu_reference_on_model_shapes() {
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     for (h, i) in shapes(SHAPES) {
@@ -88,6 +106,7 @@ fn decode_matches_cpu_reference_on_model_shapes() {
 
 #[test]
 fn verify_paths_match_cpu_reference() {
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     for (h, i) in shapes(&[(2048, 5632), (4096, 14336)]) {
@@ -149,6 +168,7 @@ fn verify_paths_match_cpu_reference() {
 
 #[test]
 fn prefill_matches_cpu_reference_on_sampled_tokens() {
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let ns: &[usize] = if small() {
@@ -216,6 +236,7 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
 #[test]
 fn overlays_match_cpu_reference_on_every_path() {
     use denseffn::layer::OverlayKind;
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let ns: &[usize] = if small() {
@@ -329,6 +350,7 @@ fn overlays_match_cpu_reference_on_every_path() {
 fn two_streams_on_one_layer_match_serial_calls() {
     use denseffn::backend::Stream;
     use denseffn::layer::OverlayKind;
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
     let host = HostLayer::random(h, i, 71);
@@ -401,6 +423,7 @@ fn two_streams_on_one_layer_match_serial_calls() {
 #[test]
 fn non_finite_activations_propagate_on_the_gpu() {
     use denseffn::layer::OverlayKind;
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let (h, i) = (256, 512);
     let host = HostLayer::random(h, i, 91);
@@ -451,6 +474,7 @@ fn non_finite_activations_propagate_on_the_gpu() {
 /// `run.sh sanitize` this is what puts every entry point through compute-sanitizer.
 #[test]
 fn every_kernel_entry_point_runs() {
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let missed = kernels_no_path_launches(&gpu);
     assert!(
@@ -468,6 +492,7 @@ fn tensor_parallel_ranks_with_nccl_match_the_unsharded_layer() {
     use denseffn::backend::DevicePtr;
     use denseffn::load::HostFfn;
     use denseffn::tp::{shard_layers, AllReduce, NcclAllReduce, ShardedFfnLayer};
+    let _memory = device_memory(false);
     let Some(gpu0) = cuda() else { return };
     if !NcclAllReduce::available() {
         eprintln!("skipping tensor-parallel GPU test: libnccl.so not on the loader path");
@@ -569,6 +594,7 @@ fn tensor_parallel_ranks_with_nccl_match_the_unsharded_layer() {
 fn q4k_mmq_matches_cpu_reference() {
     use denseffn::layer::{PrefillArm, PrefillConfig};
     use denseffn::pack_q4k::Q4kHost;
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let ns: &[usize] = if small() {
@@ -648,6 +674,7 @@ fn q4k_mmq_matches_cpu_reference() {
 #[test]
 fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     use denseffn::layer::{PrefillArm, PrefillConfig};
+    let _memory = device_memory(true);
     let Some(gpu) = cuda() else { return };
     let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
     let host = HostLayer::random(h, i, 77);
@@ -707,6 +734,7 @@ fn nvfp4_mmq_matches_cpu_reference() {
     use denseffn::backend::Launch;
     use denseffn::layer::{nvfp4_mmq_kernels, PrefillArm, PrefillConfig};
     use denseffn_device::params::{ParamBlock, Q8Params, NVFP4_ACT_THREADS};
+    let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let ns: &[usize] = if small() {
@@ -816,6 +844,7 @@ fn nvfp4_mmq_matches_cpu_reference() {
 #[test]
 fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     use denseffn::layer::{PrefillArm, PrefillConfig};
+    let _memory = device_memory(true);
     let Some(gpu) = cuda() else { return };
     let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
     let host = HostLayer::random(h, i, 79);
