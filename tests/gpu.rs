@@ -23,22 +23,6 @@ fn device_memory(exclusive: bool) -> Memory {
     }
 }
 
-fn cuda() -> Option<Arc<dyn GpuBackend>> {
-    match CudaBackend::new() {
-        Ok(c) => Some(Arc::new(c)),
-        Err(e) => {
-            eprintln!("skipping GPU test: {e}");
-            None
-        }
-    }
-}
-
-/// `DENSEFFN_GPU_TEST_SMALL=1` shrinks every test to small shapes, for runs under
-/// compute-sanitizer (`gpu-bundle/run.sh sanitize`), which are 10–100× slower.
-fn small() -> bool {
-    std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
-}
-
 fn shapes(full: &[(usize, usize)]) -> Vec<(usize, usize)> {
     if small() {
         vec![(256, 512), (192, 320)]

@@ -4,24 +4,10 @@
 //! a GPU; `DENSEFFN_GPU_TEST_SMALL=1` shrinks the shapes (for compute-sanitizer runs).
 mod common;
 use common::*;
-use denseffn::backend::{CpuBackend, CudaBackend, DevicePtr, GpuBackend};
+use denseffn::backend::{CpuBackend, DevicePtr, GpuBackend};
 use denseffn::layer::{DenseFfnLayer, FfnActivation, ForwardContext};
 use denseffn::reference::rel_l2;
 use std::sync::Arc;
-
-fn cuda() -> Option<Arc<dyn GpuBackend>> {
-    match CudaBackend::new() {
-        Ok(c) => Some(Arc::new(c)),
-        Err(e) => {
-            eprintln!("skipping GPU test: {e}");
-            None
-        }
-    }
-}
-
-fn small() -> bool {
-    std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
-}
 
 /// (hidden, intermediate, rank): model shapes at ranks 16 and 64, a shape that is not a
 /// multiple of the shrink's 512-column step with a rank that pads (8 → 16), and the largest

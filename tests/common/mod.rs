@@ -371,3 +371,20 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
         .filter(|k| !seen.contains(k))
         .collect()
 }
+
+/// The CUDA backend, or `None` after printing why the GPU test is skipped.
+pub fn cuda() -> Option<Arc<dyn GpuBackend>> {
+    match denseffn::backend::CudaBackend::new() {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            eprintln!("skipping GPU test: {e}");
+            None
+        }
+    }
+}
+
+/// `DENSEFFN_GPU_TEST_SMALL=1` shrinks every GPU test to small shapes, for runs under
+/// compute-sanitizer (`gpu-bundle/run.sh sanitize`), which are 10–100× slower.
+pub fn small() -> bool {
+    std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
+}
