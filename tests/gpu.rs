@@ -679,15 +679,29 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
         fp.mmq_copies
     );
     let n = 512;
-    let mut ctx = ForwardContext::new(&layer, n).unwrap();
     let x = activations(n * h, 78);
-    let xg = upload_bf16(&gpu, &x);
+    let y = kv_cache_then_no_allocation(&gpu, &layer, &x, n);
+    assert!(y.iter().all(|v| v.is_finite()));
+}
+
+/// After a finalize: makes the context, lets a "KV cache" take all free memory but 256 MiB,
+/// then runs prefill (N = `n`, returned), decode, km(8) and prefill(1), asserting that free
+/// memory did not drop (no call allocated).
+fn kv_cache_then_no_allocation(
+    gpu: &Arc<dyn GpuBackend>,
+    layer: &denseffn::layer::DenseFfnLayer,
+    x: &[f32],
+    n: usize,
+) -> Vec<f64> {
+    let h = layer.hidden();
+    let mut ctx = ForwardContext::new(layer, n).unwrap();
+    let xg = upload_bf16(gpu, x);
     let (free, _) = gpu.mem_info().unwrap();
     let slack = 256 << 20;
     let kv = gpu.alloc(free - slack).unwrap();
     let (before, _) = gpu.mem_info().unwrap();
     let y = download_bf16(
-        &gpu,
+        gpu,
         layer.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
         n * h,
     );
@@ -700,12 +714,12 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
         after >= before,
         "free memory dropped from {before} to {after}: a call allocated"
     );
-    assert!(y.iter().all(|v| v.is_finite()));
     gpu.free(kv).unwrap();
     eprintln!(
         "KV cache of {} bytes took the free memory; prefill N={n} and decode allocated nothing",
         free - slack
     );
+    y
 }
 
 /// The NVFP4 W4A4 MMQ arm on the GPU: an NVFP4 (4096, 14336) layer finalized for it on both
@@ -845,27 +859,8 @@ fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     assert_eq!(fp.total(), baseline);
     assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
     let n = 512;
-    let mut ctx = ForwardContext::new(&layer, n).unwrap();
     let x = activations(n * h, 80);
-    let xg = upload_bf16(&gpu, &x);
-    let (free, _) = gpu.mem_info().unwrap();
-    let slack = 256 << 20;
-    let kv = gpu.alloc(free - slack).unwrap();
-    let (before, _) = gpu.mem_info().unwrap();
-    let y = download_bf16(
-        &gpu,
-        layer.forward_prefill(xg, n, &mut ctx, 0).unwrap(),
-        n * h,
-    );
-    layer.forward(xg, &mut ctx, 0).unwrap();
-    layer.forward_km(xg, 8, &mut ctx, 0).unwrap();
-    layer.forward_prefill(xg, 1, &mut ctx, 0).unwrap();
-    gpu.synchronize(0).unwrap();
-    let (after, _) = gpu.mem_info().unwrap();
-    assert!(
-        after >= before,
-        "free memory dropped from {before} to {after}: a call allocated"
-    );
+    let y = kv_cache_then_no_allocation(&gpu, &layer, &x, n);
     // Against the f64 reference on a few tokens (the arm's W4A4 bound, tests/cpu_nvfp4_mmq.rs).
     let toks = [0usize, n / 2, n - 1];
     let xs: Vec<f32> = toks
@@ -879,7 +874,6 @@ fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     let e = rel_l2(&ys, &host.reference(&xs, FfnActivation::Silu));
     eprintln!("nvfp4_mmq N={n} vs f64 reference (3 tokens): rel L2 {e:.3}");
     assert!(e < 0.16, "rel L2 {e}");
-    gpu.free(kv).unwrap();
 }
 
 /// One prefill arm's GPU run checked against the CPU reference running the same arm.
