@@ -350,14 +350,16 @@ fn two_streams_on_one_layer_match_serial_calls() {
         let xs: Vec<_> = (0..2)
             .map(|t| upload_bf16(&gpu, &activations(n * h, 80 + t)))
             .collect();
-        // The calls each thread makes, in order: decode, km(5), prefill(n).
+        // The calls each thread makes, in order: decode, km(5), prefill(n); 20 rounds (3 under
+        // compute-sanitizer, whose racecheck runs them an order of magnitude slower).
+        let rounds = if small() { 3 } else { 20 };
         let calls = |l: &denseffn::layer::DenseFfnLayer,
                      x: denseffn::backend::DevicePtr,
                      c: &mut ForwardContext,
                      s: u64|
          -> Vec<Vec<f64>> {
             let mut out = Vec::new();
-            for _ in 0..20 {
+            for _ in 0..rounds {
                 let y = l.forward(x, c, s).unwrap();
                 gpu.synchronize(s).unwrap();
                 out.push(download_bf16(&gpu, y, h));

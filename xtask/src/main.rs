@@ -129,8 +129,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # report [ARGS]: `denseffn bench ARGS --out $OUT/report` (bench.md, bench.json, SVG plots; all
 # shapes and formats by default, e.g. `run.sh report --quick --shapes 8b`; ARGS must not repeat
 # --backend or --out), its output in $OUT/report.log.
-# sanitize: the GPU tests on small shapes under compute-sanitizer memcheck, racecheck, initcheck
-# and synccheck; each tool's log goes to $OUT/sanitize-<tool>.log and any error fails the run.
+# sanitize: the GPU test binaries on small shapes under compute-sanitizer memcheck, racecheck,
+# initcheck and synccheck; each run's log goes to $OUT/sanitize-<tool>-<binary>.log and any
+# error fails the run.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"; mkdir -p "$out"
@@ -168,11 +169,16 @@ if [ "$mode" = report ]; then
   "$here/bin/denseffn" bench --backend cuda --out "$out/report" "$@" 2>&1 | tee "$out/report.log" || rc=1
 fi
 if [ "$mode" = sanitize ]; then
+  # Both GPU test binaries on small shapes. Skipped: the KV-cache tests (they allocate all free
+  # device memory, which the sanitizers shadow) and the NCCL test (NCCL's own kernels).
   for tool in memcheck racecheck initcheck synccheck; do
-    echo "== compute-sanitizer --tool $tool" | tee -a "$out/sanitize.log"
-    DENSEFFN_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$here/bin/test-gpu" --test-threads=1 > "$out/sanitize-$tool.log" 2>&1 || rc=1
-    tail -n 3 "$out/sanitize-$tool.log" | tee -a "$out/sanitize.log"
+    for t in "$here"/bin/test-gpu*; do
+      log="$out/sanitize-$tool-$(basename "$t").log"
+      echo "== compute-sanitizer --tool $tool $(basename "$t")" | tee -a "$out/sanitize.log"
+      DENSEFFN_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$t" --test-threads=1 --skip kv_cache --skip tensor_parallel > "$log" 2>&1 || rc=1
+      tail -n 3 "$log" | tee -a "$out/sanitize.log"
+    done
   done
 fi
 exit $rc
