@@ -5,12 +5,13 @@
 //! priority, and the load contract (no allocation after the KV cache took the free memory).
 mod common;
 use common::*;
+use common::{cpu_backend as cpu, prefill_f64 as prefill};
 use denseffn::backend::{CpuBackend, GpuBackend, Launch};
 use denseffn::layer::{
     nvfp4_mmq_kernels as kernels, relayout_tiled, DenseFfnLayer, FfnActivation, ForwardContext,
     OverlayKind, PrefillArm, PrefillConfig,
 };
-use denseffn::reference::{ffn_f64, rel_l2};
+use denseffn::reference::rel_l2;
 use denseffn::Error;
 use denseffn_device::formats::{e2m1, e4m3, nvfp4_mmq as fmt, q4k_mmq::q8_pos};
 use denseffn_device::params::{ParamBlock, Q8Params, NVFP4_ACT_THREADS};
@@ -22,28 +23,20 @@ const ON: PrefillConfig = PrefillConfig {
     q4k_mmq: false,
     nvfp4_mmq: true,
 };
-/// Bound on the arm's relative L2 error vs the f64 reference (see `arm_matches_the_f64_reference`).
-const BOUND: f64 = 0.16;
 
-fn cpu() -> (Arc<CpuBackend>, Arc<dyn GpuBackend>) {
-    let c = Arc::new(CpuBackend::new());
-    let g: Arc<dyn GpuBackend> = c.clone();
-    (c, g)
-}
+/// The arm's finalize step, for the contract tests shared with the other MMQ arm.
+const ARM: FinalizeArm = FinalizeArm {
+    config: ON,
+    finalize: |l, g, h, i| l.finalize_nvfp4_mmq_load(g, h, i, 0),
+    has_copies: DenseFfnLayer::has_nvfp4_mmq_copies,
+};
 
 fn enabled(host: &HostLayer, gpu: &Arc<dyn GpuBackend>, act: FfnActivation) -> DenseFfnLayer {
-    let mut l = host.layer(gpu, act);
-    l.set_prefill_config(ON);
-    l
+    ARM.enabled(host, gpu, act)
 }
 
-fn prefill(layer: &DenseFfnLayer, gpu: &Arc<dyn GpuBackend>, x: &[f32], n: usize) -> Vec<f64> {
-    let mut ctx = ForwardContext::new(layer, n).unwrap();
-    let y = layer
-        .forward_prefill(upload_bf16(gpu, x), n, &mut ctx, 0)
-        .unwrap();
-    download_bf16(gpu, y, n * layer.hidden())
-}
+/// Bound on the arm's relative L2 error vs the f64 reference (see `arm_matches_the_f64_reference`).
+const BOUND: f64 = 0.16;
 
 /// Activations with the spread real ones have: N(0,1) with a few large outliers per token and
 /// an all-zero 16-group now and then.
@@ -407,40 +400,8 @@ fn finalize_checks_its_arguments() {
 
 #[test]
 fn finalize_out_of_memory_at_every_allocation_leaves_the_layer_working() {
-    let host = HostLayer::quantized(H, I, 25);
-    let x = activations(9 * H, 26);
-    let (c, gpu) = cpu();
-    let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
-    let want = prefill(&layer, &gpu, &x, 9);
-    let a0 = c.allocations_attempted();
-    layer
-        .finalize_nvfp4_mmq_load(&gpu.clone(), H, I, 0)
-        .unwrap();
-    let steps = c.allocations_attempted() - a0;
-    assert_eq!(steps, 4, "codes + scales of gate and up");
-    for step in 0..steps {
-        let (c, gpu) = cpu();
-        let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
-        let (fp, used) = (layer.footprint(), c.used_bytes());
-        c.fail_allocation_at(c.allocations_attempted() + step);
-        let r = layer.finalize_nvfp4_mmq_load(&gpu.clone(), H, I, 0);
-        assert!(
-            matches!(r, Err(Error::OutOfMemory { .. })),
-            "step {step}: {r:?}"
-        );
-        assert_eq!(
-            (layer.footprint(), c.used_bytes()),
-            (fp, used),
-            "step {step}"
-        );
-        assert!(!layer.has_nvfp4_mmq_copies());
-        assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
-        assert_eq!(
-            prefill(&layer, &gpu, &x, 9),
-            want,
-            "step {step}: results changed"
-        );
-    }
+    // codes + scales of gate and up
+    ARM.out_of_memory_at_every_allocation(&HostLayer::quantized(H, I, 25), 4);
 }
 
 #[test]
@@ -559,44 +520,11 @@ fn dispatch_priority_with_the_w4a4_arm() {
 #[test]
 fn after_finalize_the_kv_cache_takes_the_rest_and_nothing_allocates() {
     let host = HostLayer::quantized(H, I, 35);
-    let cap = 8 << 20;
-    let c = Arc::new(CpuBackend::with_capacity(cap));
-    let gpu: Arc<dyn GpuBackend> = c.clone();
-    let mut layer = enabled(&host, &gpu, FfnActivation::Gelu);
-    let baseline = layer.footprint().total();
-    layer
-        .finalize_nvfp4_mmq_load(&gpu.clone(), H, I, 0)
-        .unwrap();
-    assert_eq!(layer.footprint().total(), baseline);
-    let n = 64;
-    let mut ctx = ForwardContext::new(&layer, n).unwrap();
-    let x = spiky(n * H, 36);
-    let xd = upload_bf16(&gpu, &x);
-    let (free, total) = gpu.mem_info().unwrap();
-    assert_eq!(total, cap);
-    let kv = gpu.alloc(free).unwrap();
-    assert_eq!(gpu.mem_info().unwrap().0, 0);
-    let allocs = c.allocations_attempted();
-    let y = download_bf16(
-        &gpu,
-        layer.forward_prefill(xd, n, &mut ctx, 0).unwrap(),
-        n * H,
-    );
-    layer.forward(xd, &mut ctx, 0).unwrap();
-    layer.forward_k2(xd, &mut ctx, 0).unwrap();
-    layer.forward_km(xd, 8, &mut ctx, 0).unwrap();
-    layer.forward_prefill(xd, 1, &mut ctx, 0).unwrap();
-    assert_eq!(
-        c.allocations_attempted(),
-        allocs,
-        "a call allocated after the KV cache"
-    );
-    let want = host.reference(&x, FfnActivation::Gelu);
-    let e = rel_l2(&y, &want);
-    eprintln!("spiky activations, GELU, N={n}: rel L2 {e:.2e}");
+    let x = spiky(64 * H, 36);
+    let (_, y) = ARM.kv_cache_then_no_allocation(&host, FfnActivation::Gelu, &x);
+    let e = rel_l2(&y, &host.reference(&x, FfnActivation::Gelu));
+    eprintln!("spiky activations, GELU, N=64: rel L2 {e:.2e}");
     assert!(e < BOUND, "{e}");
-    let _ = ffn_f64;
-    gpu.free(kv).unwrap();
 }
 
 #[test]

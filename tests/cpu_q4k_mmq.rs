@@ -4,6 +4,7 @@
 //! load contract (no allocation after the KV cache took the free memory).
 mod common;
 use common::*;
+use common::{cpu_backend as cpu, prefill_f64 as prefill};
 use denseffn::backend::{CpuBackend, GpuBackend};
 use denseffn::layer::{
     mmq_kernels, DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, PrefillArm,
@@ -21,16 +22,15 @@ const ON: PrefillConfig = PrefillConfig {
     nvfp4_mmq: false,
 };
 
-fn cpu() -> (Arc<CpuBackend>, Arc<dyn GpuBackend>) {
-    let c = Arc::new(CpuBackend::new());
-    let g: Arc<dyn GpuBackend> = c.clone();
-    (c, g)
-}
+/// The arm's finalize step, for the contract tests shared with the other MMQ arm.
+const ARM: FinalizeArm = FinalizeArm {
+    config: ON,
+    finalize: |l, g, h, i| l.finalize_q4k_load(g, h, i, 0),
+    has_copies: DenseFfnLayer::has_q4k_mmq_copies,
+};
 
 fn enabled(host: &HostLayer, gpu: &Arc<dyn GpuBackend>, act: FfnActivation) -> DenseFfnLayer {
-    let mut l = host.layer(gpu, act);
-    l.set_prefill_config(ON);
-    l
+    ARM.enabled(host, gpu, act)
 }
 
 /// The layer's MMQ copies as ggml blocks (gate, up, down).
@@ -55,14 +55,6 @@ fn rel_rmse(got: &[f32], want: &[f32]) -> f64 {
         .sum();
     let den: f64 = want.iter().map(|&b| (b as f64).powi(2)).sum();
     (num / den).sqrt()
-}
-
-fn prefill(layer: &DenseFfnLayer, gpu: &Arc<dyn GpuBackend>, x: &[f32], n: usize) -> Vec<f64> {
-    let mut ctx = ForwardContext::new(layer, n).unwrap();
-    let y = layer
-        .forward_prefill(upload_bf16(gpu, x), n, &mut ctx, 0)
-        .unwrap();
-    download_bf16(gpu, y, n * layer.hidden())
 }
 
 #[test]
@@ -267,38 +259,8 @@ fn finalize_checks_its_arguments() {
 
 #[test]
 fn finalize_out_of_memory_at_every_allocation_leaves_the_layer_working() {
-    let host = HostLayer::quantized(H, I, 25);
-    let x = activations(9 * H, 26);
-    let (c, gpu) = cpu();
-    let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
-    let want = prefill(&layer, &gpu, &x, 9);
-    let a0 = c.allocations_attempted();
-    layer.finalize_q4k_load(&gpu.clone(), H, I, 0).unwrap();
-    let steps = c.allocations_attempted() - a0;
-    assert_eq!(steps, 6, "codes + heads of three matrices");
-    for step in 0..steps {
-        let (c, gpu) = cpu();
-        let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
-        let (fp, used) = (layer.footprint(), c.used_bytes());
-        c.fail_allocation_at(c.allocations_attempted() + step);
-        let r = layer.finalize_q4k_load(&gpu.clone(), H, I, 0);
-        assert!(
-            matches!(r, Err(Error::OutOfMemory { .. })),
-            "step {step}: {r:?}"
-        );
-        assert_eq!(
-            (layer.footprint(), c.used_bytes()),
-            (fp, used),
-            "step {step}"
-        );
-        assert!(!layer.has_q4k_mmq_copies());
-        assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4TM128);
-        assert_eq!(
-            prefill(&layer, &gpu, &x, 9),
-            want,
-            "step {step}: results changed"
-        );
-    }
+    // codes + heads of three matrices
+    ARM.out_of_memory_at_every_allocation(&HostLayer::quantized(H, I, 25), 6);
 }
 
 #[test]
@@ -402,40 +364,11 @@ fn dispatch_priority_with_the_mmq_arm() {
 #[test]
 fn after_finalize_the_kv_cache_takes_the_rest_and_nothing_allocates() {
     let host = HostLayer::quantized(H, I, 35);
-    let cap = 8 << 20;
-    let c = Arc::new(CpuBackend::with_capacity(cap));
-    let gpu: Arc<dyn GpuBackend> = c.clone();
-    let mut layer = enabled(&host, &gpu, FfnActivation::Silu);
-    let baseline = layer.footprint().total();
-    layer.finalize_q4k_load(&gpu.clone(), H, I, 0).unwrap();
-    assert_eq!(layer.footprint().total(), baseline);
-    let n = 64;
-    let mut ctx = ForwardContext::new(&layer, n).unwrap();
-    let x = activations(n * H, 36);
-    let xd = upload_bf16(&gpu, &x);
-    let (free, total) = gpu.mem_info().unwrap();
-    assert_eq!(total, cap);
-    let kv = gpu.alloc(free).unwrap();
-    assert_eq!(gpu.mem_info().unwrap().0, 0);
-    let allocs = c.allocations_attempted();
-    let y = download_bf16(
-        &gpu,
-        layer.forward_prefill(xd, n, &mut ctx, 0).unwrap(),
-        n * H,
-    );
-    layer.forward(xd, &mut ctx, 0).unwrap();
-    layer.forward_k2(xd, &mut ctx, 0).unwrap();
-    layer.forward_km(xd, 8, &mut ctx, 0).unwrap();
-    layer.forward_prefill(xd, 1, &mut ctx, 0).unwrap();
-    assert_eq!(
-        c.allocations_attempted(),
-        allocs,
-        "a call allocated after the KV cache"
-    );
+    let x = activations(64 * H, 36);
+    let (layer, y) = ARM.kv_cache_then_no_allocation(&host, FfnActivation::Silu, &x);
     let w = mmq_blocks(&layer).map(|q| q.dequantize());
     let want = ffn_f64(&w[0], &w[1], &w[2], H, I, &x, FfnActivation::Silu);
     assert!(rel_l2(&y, &want) < 1.6e-2);
-    gpu.free(kv).unwrap();
 }
 
 /// What the arm computes, simulated on the host: the f64 FFN over activations quantized per 32

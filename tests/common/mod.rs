@@ -388,3 +388,138 @@ pub fn cuda() -> Option<Arc<dyn GpuBackend>> {
 pub fn small() -> bool {
     std::env::var_os("DENSEFFN_GPU_TEST_SMALL").is_some()
 }
+
+/// A `CpuBackend` (for its counters and fault injection) and the same backend as a trait object.
+pub fn cpu_backend() -> (Arc<denseffn::backend::CpuBackend>, Arc<dyn GpuBackend>) {
+    let c = Arc::new(denseffn::backend::CpuBackend::new());
+    let g: Arc<dyn GpuBackend> = c.clone();
+    (c, g)
+}
+
+/// `forward_prefill` of `n` tokens of `x` (bf16 on upload), downloaded as f64.
+pub fn prefill_f64(
+    layer: &DenseFfnLayer,
+    gpu: &Arc<dyn GpuBackend>,
+    x: &[f32],
+    n: usize,
+) -> Vec<f64> {
+    let mut ctx = denseffn::layer::ForwardContext::new(layer, n).unwrap();
+    let y = layer
+        .forward_prefill(upload_bf16(gpu, x), n, &mut ctx, 0)
+        .unwrap();
+    download_bf16(gpu, y, n * layer.hidden())
+}
+
+/// One load-time finalize step of an MMQ prefill arm (`finalize_q4k_load`,
+/// `finalize_nvfp4_mmq_load`), for the contract tests the two arms share: out of memory at any
+/// allocation leaves the layer as it was, and after finalizing a KV cache can take all the rest.
+pub struct FinalizeArm {
+    /// The prefill configuration that enables the arm.
+    pub config: denseffn::layer::PrefillConfig,
+    /// The finalize call (`gpu`, hidden, intermediate; stream 0).
+    pub finalize:
+        fn(&mut DenseFfnLayer, &Arc<dyn GpuBackend>, usize, usize) -> denseffn::Result<()>,
+    /// Whether the layer holds the arm's copies.
+    pub has_copies: fn(&DenseFfnLayer) -> bool,
+}
+
+impl FinalizeArm {
+    /// `host`'s layer on `gpu` with the arm enabled.
+    pub fn enabled(
+        &self,
+        host: &HostLayer,
+        gpu: &Arc<dyn GpuBackend>,
+        act: FfnActivation,
+    ) -> DenseFfnLayer {
+        let mut l = host.layer(gpu, act);
+        l.set_prefill_config(self.config);
+        l
+    }
+
+    /// Finalizing makes `steps` allocations; failing each one in turn gives `OutOfMemory`,
+    /// leaves footprint and device memory as they were, no copies, the default arm, and the
+    /// same prefill results as before.
+    pub fn out_of_memory_at_every_allocation(&self, host: &HostLayer, steps: u64) {
+        let (h, i) = (host.hidden, host.inter);
+        let x = activations(9 * h, 26);
+        let (c, gpu) = cpu_backend();
+        let mut layer = self.enabled(host, &gpu, FfnActivation::Silu);
+        let want = prefill_f64(&layer, &gpu, &x, 9);
+        let a0 = c.allocations_attempted();
+        (self.finalize)(&mut layer, &gpu, h, i).unwrap();
+        assert_eq!(
+            c.allocations_attempted() - a0,
+            steps,
+            "allocations of a finalize"
+        );
+        for step in 0..steps {
+            let (c, gpu) = cpu_backend();
+            let mut layer = self.enabled(host, &gpu, FfnActivation::Silu);
+            let (fp, used) = (layer.footprint(), c.used_bytes());
+            c.fail_allocation_at(c.allocations_attempted() + step);
+            let r = (self.finalize)(&mut layer, &gpu, h, i);
+            assert!(
+                matches!(r, Err(denseffn::Error::OutOfMemory { .. })),
+                "step {step}: {r:?}"
+            );
+            assert_eq!(
+                (layer.footprint(), c.used_bytes()),
+                (fp, used),
+                "step {step}"
+            );
+            assert!(!(self.has_copies)(&layer), "step {step}: copies left");
+            assert_eq!(
+                layer.prefill_arm().unwrap(),
+                denseffn::layer::PrefillArm::Nvfp4TM128
+            );
+            assert_eq!(
+                prefill_f64(&layer, &gpu, &x, 9),
+                want,
+                "step {step}: results changed"
+            );
+        }
+    }
+
+    /// On an 8 MiB device: finalizing keeps the footprint, a KV cache then takes all free
+    /// memory, and prefill (N = `x.len() / hidden` and 1), forward, k2 and km(8) allocate
+    /// nothing. Returns the layer and the prefill output of `x` for the caller's accuracy check.
+    pub fn kv_cache_then_no_allocation(
+        &self,
+        host: &HostLayer,
+        act: FfnActivation,
+        x: &[f32],
+    ) -> (DenseFfnLayer, Vec<f64>) {
+        let (h, i) = (host.hidden, host.inter);
+        let cap = 8 << 20;
+        let c = Arc::new(denseffn::backend::CpuBackend::with_capacity(cap));
+        let gpu: Arc<dyn GpuBackend> = c.clone();
+        let mut layer = self.enabled(host, &gpu, act);
+        let baseline = layer.footprint().total();
+        (self.finalize)(&mut layer, &gpu, h, i).unwrap();
+        assert_eq!(layer.footprint().total(), baseline);
+        let n = x.len() / h;
+        let mut ctx = denseffn::layer::ForwardContext::new(&layer, n).unwrap();
+        let xd = upload_bf16(&gpu, x);
+        let (free, total) = gpu.mem_info().unwrap();
+        assert_eq!(total, cap);
+        let kv = gpu.alloc(free).unwrap();
+        assert_eq!(gpu.mem_info().unwrap().0, 0);
+        let allocs = c.allocations_attempted();
+        let y = download_bf16(
+            &gpu,
+            layer.forward_prefill(xd, n, &mut ctx, 0).unwrap(),
+            n * h,
+        );
+        layer.forward(xd, &mut ctx, 0).unwrap();
+        layer.forward_k2(xd, &mut ctx, 0).unwrap();
+        layer.forward_km(xd, 8, &mut ctx, 0).unwrap();
+        layer.forward_prefill(xd, 1, &mut ctx, 0).unwrap();
+        assert_eq!(
+            c.allocations_attempted(),
+            allocs,
+            "a call allocated after the KV cache"
+        );
+        gpu.free(kv).unwrap();
+        (layer, y)
+    }
+}
