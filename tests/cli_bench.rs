@@ -1,6 +1,6 @@
 //! `denseffn bench` end to end on the CPU reference backend (a tiny custom shape): the table
-//! names every path of every format, bench.json and the SVG plots are written; bad options are
-//! clear errors. And the embedded ggml anchor table parses to the figures it holds.
+//! names every path of every format, bench.json and the SVG plots are written, `denseffn
+//! compare` matches every row of two reports; bad options are clear errors. And the embedded ggml anchor table parses to the figures it holds.
 use denseffn::bench::anchors::{self, Unit};
 use denseffn::bench::formats::FORMATS;
 
@@ -68,6 +68,36 @@ fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
             assert!(svg.contains(f.name), "{kind}: legend names {}", f.name);
         }
     }
+    // `denseffn compare` of the report with itself: every timed row matched, no change.
+    let json = dir.join("bench.json");
+    let cmp = dir.join("compare.md");
+    let out = denseffn(&[
+        "compare",
+        dir.to_str().unwrap(),
+        json.to_str().unwrap(),
+        "--out",
+        cmp.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = std::fs::read_to_string(&cmp).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), table);
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| custom"))
+        .collect();
+    assert_eq!(rows.len(), FORMATS.len() * (11 + 2), "{table}");
+    assert!(
+        rows.iter().all(|l| l.contains("| +0.0% |")),
+        "a report differs from itself:\n{table}"
+    );
+    assert!(!table.contains("Not compared"), "{table}");
+    let bad = denseffn(&["compare", json.to_str().unwrap(), "/nonexistent/bench.json"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/bench.json"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,7 +1,9 @@
 //! `denseffn`: run the FFN paths of a layer (synthetic, or one loaded from a ModelOpt NVFP4
 //! safetensors checkpoint) on the best backend present and check them against the CPU reference
-//! and an f64 computation; list a checkpoint's FFN tensors; benchmark every path and format.
+//! and an f64 computation; list a checkpoint's FFN tensors; benchmark every path and format;
+//! compare two benchmark reports.
 mod bench;
+mod compare;
 mod plot;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -94,6 +96,9 @@ enum Cmd {
     /// beside copy bandwidth, a cuBLAS bf16 FFN and ggml's H200 figures; write bench.md,
     /// bench.json and SVG plots to --out.
     Bench(bench::BenchArgs),
+    /// Compare two bench.json files of `denseffn bench` (a baseline and a change) row by row:
+    /// µs, graph-replayed µs and the relative change of every path both measured.
+    Compare(compare::CompareArgs),
 }
 
 /// Where the layer's weights come from.
@@ -154,6 +159,7 @@ fn main() {
         }
         Cmd::Inspect { path } => inspect(&path),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Compare(args) => compare::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

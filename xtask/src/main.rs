@@ -1,23 +1,96 @@
-//! `cargo xtask gpu-bundle [--gpu-only]`: builds every test and bench binary (release) and the
-//! release `denseffn` CLI here, copies them into `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a
-//! machine that has a GPU but no Rust (`--gpu-only`: only the GPU tests and the CLI).
+//! `cargo xtask gpu-bundle [--gpu-only] [--base REV]`: builds every test and bench binary
+//! (release) and the release `denseffn` CLI here, copies them into `gpu-bundle/bin/` with
+//! `gpu-bundle/run.sh`, for a machine that has a GPU but no Rust (`--gpu-only`: only the GPU
+//! tests and the CLI; `--base REV`: also the release `denseffn` of git revision REV, built in a
+//! temporary worktree, as `bin/denseffn-base`, for `run.sh ab`).
 //!
 //! There: `bash gpu-bundle/run.sh [tests|gpu-tests|bench|all|sanitize]` runs them, writing logs and the bench
 //! table under `$OUT` (default `gpu-bundle/out`); `bash gpu-bundle/run.sh report [ARGS]` runs
-//! `denseffn bench ARGS --out $OUT/report` (tables and plots).
+//! `denseffn bench ARGS --out $OUT/report` (tables and plots); `bash gpu-bundle/run.sh ab [ARGS]`
+//! runs `denseffn bench ARGS` with the base binary and with this one, one after the other on the
+//! same GPU, and `denseffn compare`s them into `$OUT/ab.md`.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+const USAGE: &str = "usage: cargo xtask gpu-bundle [--gpu-only] [--base REV]";
+
 fn main() {
-    let task = std::env::args().nth(1).unwrap_or_default();
-    match task.as_str() {
-        "gpu-bundle" => gpu_bundle(std::env::args().nth(2).as_deref() == Some("--gpu-only")),
-        _ => {
-            eprintln!("usage: cargo xtask gpu-bundle [--gpu-only]");
-            std::process::exit(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("gpu-bundle") {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    }
+    let (mut gpu_only, mut base) = (false, None);
+    let mut rest = args[1..].iter();
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--gpu-only" => gpu_only = true,
+            "--base" => match rest.next() {
+                Some(rev) => base = Some(rev.clone()),
+                None => {
+                    eprintln!("--base needs a git revision\n{USAGE}");
+                    std::process::exit(2);
+                }
+            },
+            other => {
+                eprintln!("unknown argument {other}\n{USAGE}");
+                std::process::exit(2);
+            }
         }
     }
+    gpu_bundle(gpu_only, base.as_deref());
+}
+
+/// The release `denseffn` of git revision `rev`, built in a temporary worktree (its own
+/// target directory under `target/`, kept for the next build), copied to `dst`.
+fn build_base(root: &Path, rev: &str, dst: &Path) {
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .current_dir(root)
+            .args(args)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            eprintln!("git {args:?} failed");
+            std::process::exit(1);
+        }
+    };
+    let wt = root.join("target").join("xtask-base-worktree");
+    let _ = Command::new("git")
+        .current_dir(root)
+        .args(["worktree", "remove", "--force"])
+        .arg(&wt)
+        .stderr(Stdio::null())
+        .status();
+    git(&["worktree", "add", "--detach", wt.to_str().unwrap(), rev]);
+    let manifest = wt.join("Cargo.toml");
+    let target = root.join("target").join("xtask-base");
+    let cli = built_executables(
+        &[
+            "build",
+            "--release",
+            "--bin",
+            "denseffn",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "--target-dir",
+            target.to_str().unwrap(),
+        ],
+        false,
+    );
+    let exe = cli
+        .iter()
+        .find(|(kind, name, _)| kind == "bin" && name == "denseffn")
+        .map(|(_, _, e)| e.clone());
+    git(&["worktree", "remove", "--force", wt.to_str().unwrap()]);
+    let Some(exe) = exe else {
+        eprintln!("building {rev} produced no denseffn binary");
+        std::process::exit(1);
+    };
+    fs::copy(&exe, dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
+    println!("{} (git {rev})", dst.display());
 }
 
 /// Runs `cargo <args> --message-format=json` and returns (kind, name, executable) of each
@@ -67,7 +140,8 @@ fn built_executables(args: &[&str], test_profile: bool) -> Vec<(String, String, 
 
 /// `gpu_only`: just the GPU test binaries (`tests/gpu*.rs`) and the CLI, which stay well
 /// inside the device tool's 64 MiB carry limit that the whole bundle nears.
-fn gpu_bundle(gpu_only: bool) {
+/// `base`: also the release `denseffn` of that git revision, as `bin/denseffn-base`.
+fn gpu_bundle(gpu_only: bool, base: Option<&str>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -116,6 +190,9 @@ fn gpu_bundle(gpu_only: bool) {
     let dst = bundle.join("bin").join("denseffn");
     fs::copy(exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
     println!("{}", dst.display());
+    if let Some(rev) = base {
+        build_base(&root, rev, &bundle.join("bin").join("denseffn-base"));
+    }
     fs::write(bundle.join("run.sh"), RUN_SH).unwrap();
     println!(
         "bundle ready: {} (carry it, then run `bash gpu-bundle/run.sh all`)",
@@ -124,11 +201,14 @@ fn gpu_bundle(gpu_only: bool) {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|gpu-tests|bench|all|sanitize|report]
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|gpu-tests|bench|all|sanitize|report|ab]
 # gpu-tests: only the GPU test binaries (tests/gpu*.rs), the rest being CPU tests CI runs anyway.
 # report [ARGS]: `denseffn bench ARGS --out $OUT/report` (bench.md, bench.json, SVG plots; all
 # shapes and formats by default, e.g. `run.sh report --quick --shapes 8b`; ARGS must not repeat
 # --backend or --out), its output in $OUT/report.log.
+# ab [ARGS]: the A/B of one change: `denseffn bench --backend cuda ARGS` with bin/denseffn-base
+# (`cargo xtask gpu-bundle --base REV`) into $OUT/ab-base, then with bin/denseffn into
+# $OUT/ab-new, same GPU, one after the other; `denseffn compare` of the two into $OUT/ab.md.
 # sanitize: the GPU test binaries on small shapes under compute-sanitizer memcheck, racecheck,
 # initcheck and synccheck; each run's log goes to $OUT/sanitize-<tool>-<binary>.log and any
 # error fails the run.
@@ -167,6 +247,17 @@ fi
 if [ "$mode" = report ]; then
   mkdir -p "$out/report"
   "$here/bin/denseffn" bench --backend cuda --out "$out/report" "$@" 2>&1 | tee "$out/report.log" || rc=1
+fi
+if [ "$mode" = ab ]; then
+  if [ ! -x "$here/bin/denseffn-base" ]; then
+    echo "run.sh ab: no bin/denseffn-base (build the bundle with: cargo xtask gpu-bundle --base REV)"
+    exit 2
+  fi
+  for v in base new; do
+    bin="$here/bin/denseffn"; [ "$v" = base ] && bin="$here/bin/denseffn-base"
+    "$bin" bench --backend cuda --out "$out/ab-$v" "$@" > "$out/ab-$v.log" 2>&1 || rc=1
+  done
+  "$here/bin/denseffn" compare "$out/ab-base" "$out/ab-new" --out "$out/ab.md" || rc=1
 fi
 if [ "$mode" = sanitize ]; then
   # Both GPU test binaries on small shapes. Skipped: the KV-cache tests (they allocate all free
