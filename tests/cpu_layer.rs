@@ -277,6 +277,42 @@ fn bad_call_arguments_are_clear_errors() {
         ForwardContext::new(&layer, 0),
         Err(Error::Invalid(_))
     ));
+    // A misaligned input (the kernels read 16-byte vectors) is refused by every path before any
+    // launch; a whole-token offset is fine.
+    let x8 = upload_bf16(&gpu, &activations(9 * 128, 3));
+    let mut ctx8 = ForwardContext::new(&layer, 8).unwrap();
+    let before = gpu.launch_count();
+    for off in [2usize, 4, 8] {
+        let bad = x8.offset(off);
+        let results = [
+            layer.forward(bad, &mut ctx8, 0).map(|_| ()),
+            layer.forward_batched(bad, 2, &mut ctx8, 0).map(|_| ()),
+            layer.forward_k2(bad, &mut ctx8, 0).map(|_| ()),
+            layer.forward_k3(bad, &mut ctx8, 0).map(|_| ()),
+            layer.forward_km(bad, 5, &mut ctx8, 0).map(|_| ()),
+            layer.forward_prefill(bad, 8, &mut ctx8, 0).map(|_| ()),
+        ];
+        for (i, r) in results.into_iter().enumerate() {
+            assert!(
+                matches!(r, Err(Error::Invalid(ref s)) if s.contains("16-byte aligned")),
+                "offset {off}, path {i}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        gpu.launch_count(),
+        before,
+        "launched with a misaligned input"
+    );
+    let second = layer.forward(x8.offset(128 * 2), &mut ctx8, 0).unwrap();
+    let a = download_bf16(&gpu, second, 128);
+    let both = layer.forward_batched(x8, 2, &mut ctx8, 0).unwrap();
+    let b = download_bf16(&gpu, both, 256);
+    assert_eq!(
+        a,
+        b[128..].to_vec(),
+        "a whole-token offset reads the second token"
+    );
     // Weights of different layers in one layer.
     let w = DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &h.down).unwrap();
     assert!(DenseFfnLayer::new(w, gpu.clone()).is_ok());

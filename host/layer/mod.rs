@@ -31,6 +31,11 @@ use lora::LoraSlot;
 use plan::GemvPlan;
 use std::sync::Arc;
 
+/// Alignment in bytes every forward path requires of its input pointer: the prefill kernels read
+/// activations as 16-byte vectors, and a misaligned vector load would be a device fault (which
+/// spoils the CUDA context), so a misaligned input is refused before any launch.
+pub const INPUT_ALIGN: u64 = 16;
+
 /// The activation between the gate and the up projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum FfnActivation {
@@ -659,7 +664,15 @@ impl DenseFfnLayer {
         self.check_input(input, tokens)
     }
 
+    /// The input holds `tokens` bf16 rows from `input` to the end of its allocation, and is
+    /// [`INPUT_ALIGN`]-byte aligned.
     fn check_input(&self, input: DevicePtr, tokens: usize) -> Result<()> {
+        if input.0 % INPUT_ALIGN != 0 {
+            return Err(Error::Invalid(format!(
+                "input {:#x} is not {INPUT_ALIGN}-byte aligned: the kernels read activations in {INPUT_ALIGN}-byte vectors (device allocations are 256-byte aligned, and whole-token offsets keep that)",
+                input.0
+            )));
+        }
         let need = tokens * self.hidden() * 2;
         match self.gpu.bytes_from(input) {
             None => Err(Error::BadAccess(format!("input {:#x} is not in any device allocation", input.0))),
