@@ -41,6 +41,11 @@ impl DeviceBuffer {
         self.ptr
     }
 
+    /// The backend that owns the allocation.
+    pub fn backend(&self) -> &Arc<dyn GpuBackend> {
+        &self.gpu
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -313,6 +313,27 @@ fn bad_call_arguments_are_clear_errors() {
         b[128..].to_vec(),
         "a whole-token offset reads the second token"
     );
+    // A context made on another backend (same shape) is refused by every path before any launch.
+    let other_gpu = cpu();
+    let twin = h.layer(&other_gpu, FfnActivation::Silu);
+    let mut foreign = ForwardContext::new(&twin, 8).unwrap();
+    let before = gpu.launch_count();
+    let results = [
+        layer.forward(x8, &mut foreign, 0).map(|_| ()),
+        layer.forward_batched(x8, 2, &mut foreign, 0).map(|_| ()),
+        layer.forward_k2(x8, &mut foreign, 0).map(|_| ()),
+        layer.forward_k3(x8, &mut foreign, 0).map(|_| ()),
+        layer.forward_km(x8, 5, &mut foreign, 0).map(|_| ()),
+        layer.forward_prefill(x8, 8, &mut foreign, 0).map(|_| ()),
+    ];
+    for (i, r) in results.into_iter().enumerate() {
+        assert!(
+            matches!(r, Err(Error::Invalid(ref s)) if s.contains("make the context from this layer")),
+            "path {i}: {r:?}"
+        );
+    }
+    assert_eq!(gpu.launch_count(), before);
+    assert_eq!(other_gpu.launch_count(), 0);
     // Weights of different layers in one layer.
     let w = DenseFfnWeights::upload(&gpu, &h.gate, &h.up, &h.down).unwrap();
     assert!(DenseFfnLayer::new(w, gpu.clone()).is_ok());

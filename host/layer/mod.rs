@@ -633,6 +633,15 @@ impl DenseFfnLayer {
     }
 
     fn check_ctx(&self, ctx: &ForwardContext) -> Result<()> {
+        // A context of another backend (another GPU of a tensor-parallel group, say) holds
+        // addresses this device cannot write: refuse it before any launch.
+        if !Arc::ptr_eq(ctx.out.backend(), &self.gpu) {
+            return Err(Error::Invalid(format!(
+                "ForwardContext was made on another backend instance ({}) than the layer's ({}): make the context from this layer",
+                ctx.out.backend().name(),
+                self.gpu.name()
+            )));
+        }
         if (ctx.hidden, ctx.intermediate) != (self.hidden(), self.intermediate()) {
             return Err(Error::Invalid(format!(
                 "ForwardContext was made for hidden {} / intermediate {}, the layer is {} / {}",
