@@ -241,6 +241,22 @@ fn missing_kernel_is_named_and_nothing_launches() {
     }
 }
 
+/// Every forward path of `layer` on `x` (8 tokens' room), results only.
+fn every_path(
+    layer: &DenseFfnLayer,
+    x: DevicePtr,
+    ctx: &mut ForwardContext,
+) -> [Result<(), Error>; 6] {
+    [
+        layer.forward(x, ctx, 0).map(|_| ()),
+        layer.forward_batched(x, 2, ctx, 0).map(|_| ()),
+        layer.forward_k2(x, ctx, 0).map(|_| ()),
+        layer.forward_k3(x, ctx, 0).map(|_| ()),
+        layer.forward_km(x, 5, ctx, 0).map(|_| ()),
+        layer.forward_prefill(x, 8, ctx, 0).map(|_| ()),
+    ]
+}
+
 #[test]
 fn bad_call_arguments_are_clear_errors() {
     let h = HostLayer::quantized(128, 256, 2);
@@ -284,14 +300,7 @@ fn bad_call_arguments_are_clear_errors() {
     let before = gpu.launch_count();
     for off in [2usize, 4, 8] {
         let bad = x8.offset(off);
-        let results = [
-            layer.forward(bad, &mut ctx8, 0).map(|_| ()),
-            layer.forward_batched(bad, 2, &mut ctx8, 0).map(|_| ()),
-            layer.forward_k2(bad, &mut ctx8, 0).map(|_| ()),
-            layer.forward_k3(bad, &mut ctx8, 0).map(|_| ()),
-            layer.forward_km(bad, 5, &mut ctx8, 0).map(|_| ()),
-            layer.forward_prefill(bad, 8, &mut ctx8, 0).map(|_| ()),
-        ];
+        let results = every_path(&layer, bad, &mut ctx8);
         for (i, r) in results.into_iter().enumerate() {
             assert!(
                 matches!(r, Err(Error::Invalid(ref s)) if s.contains("16-byte aligned")),
@@ -318,14 +327,7 @@ fn bad_call_arguments_are_clear_errors() {
     let twin = h.layer(&other_gpu, FfnActivation::Silu);
     let mut foreign = ForwardContext::new(&twin, 8).unwrap();
     let before = gpu.launch_count();
-    let results = [
-        layer.forward(x8, &mut foreign, 0).map(|_| ()),
-        layer.forward_batched(x8, 2, &mut foreign, 0).map(|_| ()),
-        layer.forward_k2(x8, &mut foreign, 0).map(|_| ()),
-        layer.forward_k3(x8, &mut foreign, 0).map(|_| ()),
-        layer.forward_km(x8, 5, &mut foreign, 0).map(|_| ()),
-        layer.forward_prefill(x8, 8, &mut foreign, 0).map(|_| ()),
-    ];
+    let results = every_path(&layer, x8, &mut foreign);
     for (i, r) in results.into_iter().enumerate() {
         assert!(
             matches!(r, Err(Error::Invalid(ref s)) if s.contains("make the context from this layer")),
