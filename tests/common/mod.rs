@@ -404,10 +404,7 @@ pub fn prefill_f64(
     n: usize,
 ) -> Vec<f64> {
     let mut ctx = denseffn::layer::ForwardContext::new(layer, n).unwrap();
-    let y = layer
-        .forward_prefill(upload_bf16(gpu, x), n, &mut ctx, 0)
-        .unwrap();
-    download_bf16(gpu, y, n * layer.hidden())
+    path_output(layer, gpu, "prefill", n, x, &mut ctx).unwrap()
 }
 
 /// One load-time finalize step of an MMQ prefill arm (`finalize_q4k_load`,

@@ -67,30 +67,33 @@ fn build_base(root: &Path, rev: &str, dst: &Path) {
     git(&["worktree", "add", "--detach", wt.to_str().unwrap(), rev]);
     let manifest = wt.join("Cargo.toml");
     let target = root.join("target").join("xtask-base");
-    let cli = built_executables(
+    build_cli(
         &[
-            "build",
-            "--release",
-            "--bin",
-            "denseffn",
             "--manifest-path",
             manifest.to_str().unwrap(),
             "--target-dir",
             target.to_str().unwrap(),
         ],
-        false,
+        dst,
     );
-    let exe = cli
+    git(&["worktree", "remove", "--force", wt.to_str().unwrap()]);
+    println!("(git {rev})");
+}
+
+/// `cargo build --release --bin denseffn EXTRA` and copies the binary to `dst`.
+fn build_cli(extra: &[&str], dst: &Path) {
+    let mut args = vec!["build", "--release", "--bin", "denseffn"];
+    args.extend_from_slice(extra);
+    let cli = built_executables(&args, false);
+    let Some((_, _, exe)) = cli
         .iter()
         .find(|(kind, name, _)| kind == "bin" && name == "denseffn")
-        .map(|(_, _, e)| e.clone());
-    git(&["worktree", "remove", "--force", wt.to_str().unwrap()]);
-    let Some(exe) = exe else {
-        eprintln!("building {rev} produced no denseffn binary");
+    else {
+        eprintln!("cargo {args:?} produced no denseffn binary");
         std::process::exit(1);
     };
-    fs::copy(&exe, dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
-    println!("{} (git {rev})", dst.display());
+    fs::copy(exe, dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
+    println!("{}", dst.display());
 }
 
 /// Runs `cargo <args> --message-format=json` and returns (kind, name, executable) of each
@@ -179,17 +182,7 @@ fn gpu_bundle(gpu_only: bool, base: Option<&str>) {
         println!("{}", dst.display());
     }
     // The CLI, for `run.sh report` (`denseffn bench`).
-    let cli = built_executables(&["build", "--release", "--bin", "denseffn"], false);
-    let Some((_, _, exe)) = cli
-        .iter()
-        .find(|(kind, name, _)| kind == "bin" && name == "denseffn")
-    else {
-        eprintln!("cargo build --release --bin denseffn produced no denseffn binary");
-        std::process::exit(1);
-    };
-    let dst = bundle.join("bin").join("denseffn");
-    fs::copy(exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
-    println!("{}", dst.display());
+    build_cli(&[], &bundle.join("bin").join("denseffn"));
     if let Some(rev) = base {
         build_base(&root, rev, &bundle.join("bin").join("denseffn-base"));
     }
