@@ -79,6 +79,40 @@ pub fn e4m3x2_to_f16x2(b: u32) -> u32 {
     r
 }
 
+/// Two E4M3 bytes in the *high* 16 bits to packed f16x2, exactly (ptxas reads the half
+/// directly: `F2FP.F16.E4M3.UNPACK_B R, R.H1`, no shift).
+#[inline(always)]
+pub fn e4m3x2_hi_to_f16x2(b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {b}; cvt.rn.f16x2.e4m3x2 {r}, h; }}", r = out(reg32) r, b = in(reg32) b, options(nostack, pure, nomem))
+    };
+    r
+}
+
+/// `a` times the low half of `s` in both lanes (ptxas: `HMUL2 R, R, R.H0_H0`, no `prmt`).
+#[inline(always)]
+pub fn hmul2_by_lo(a: u32, s: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("{{ .reg .b16 l, h; .reg .b32 t; mov.b32 {{l, h}}, {s}; mov.b32 t, {{l, l}}; mul.rn.f16x2 {r}, {a}, t; }}", r = out(reg32) r, a = in(reg32) a, s = in(reg32) s, options(nostack, pure, nomem))
+    };
+    r
+}
+
+/// `a` times the high half of `s` in both lanes (ptxas: `HMUL2 R, R, R.H1_H1`).
+#[inline(always)]
+pub fn hmul2_by_hi(a: u32, s: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("{{ .reg .b16 l, h; .reg .b32 t; mov.b32 {{l, h}}, {s}; mov.b32 t, {{h, h}}; mul.rn.f16x2 {r}, {a}, t; }}", r = out(reg32) r, a = in(reg32) a, s = in(reg32) s, options(nostack, pure, nomem))
+    };
+    r
+}
+
 /// Packed f16x2 product.
 #[inline(always)]
 pub fn hmul2(a: u32, b: u32) -> u32 {

@@ -59,14 +59,13 @@ impl Tiles for Nvfp4 {
         let w = l.0[j as usize];
         let pw = w & 0x9C9C_9C9C;
         let qw = ((w & 0x2323_2323) << 2) | ((w >> 2) & 0x1010_1010);
+        // (s_lo, s_hi) of step j as f16x2; each fragment takes one half broadcast.
         let sp = e4m3x2_to_f16x2(prmt(l.1[0], l.1[1], j | ((4 + j) << 4)));
-        let s_lo = prmt(sp, 0, 0x1010);
-        let s_hi = prmt(sp, 0, 0x3232);
         [
-            hmul2(e4m3x2_to_f16x2(pw), s_lo),
-            hmul2(e4m3x2_to_f16x2(pw >> 16), s_hi),
-            hmul2(e4m3x2_to_f16x2(qw), s_lo),
-            hmul2(e4m3x2_to_f16x2(qw >> 16), s_hi),
+            hmul2_by_lo(e4m3x2_to_f16x2(pw), sp),
+            hmul2_by_hi(e4m3x2_hi_to_f16x2(pw), sp),
+            hmul2_by_lo(e4m3x2_to_f16x2(qw), sp),
+            hmul2_by_hi(e4m3x2_hi_to_f16x2(qw), sp),
         ]
     }
 }
@@ -119,9 +118,9 @@ impl Tiles for Fp8 {
         let (a, b) = (v[(2 * (j % 2)) as usize], v[(2 * (j % 2) + 1) as usize]);
         [
             hmul2(e4m3x2_to_f16x2(a), l.1),
-            hmul2(e4m3x2_to_f16x2(a >> 16), l.1),
+            hmul2(e4m3x2_hi_to_f16x2(a), l.1),
             hmul2(e4m3x2_to_f16x2(b), l.1),
-            hmul2(e4m3x2_to_f16x2(b >> 16), l.1),
+            hmul2(e4m3x2_hi_to_f16x2(b), l.1),
         ]
     }
 }
