@@ -19,6 +19,8 @@ pub struct CudaBackend {
     ordinal: i32,
     module: sys::CUmodule,
     functions: Mutex<HashMap<String, Option<usize>>>,
+    /// Occupancy answers by (function, threads, shared-memory bytes).
+    resident: Mutex<HashMap<(usize, u32, u32), u32>>,
     name: String,
     sms: u32,
     max_smem: u32,
@@ -86,6 +88,7 @@ impl CudaBackend {
             ordinal,
             module,
             functions: Mutex::new(HashMap::new()),
+            resident: Mutex::new(HashMap::new()),
             name,
             sms,
             max_smem,
@@ -223,6 +226,31 @@ impl GpuBackend for CudaBackend {
     }
     fn has_kernel(&self, name: &str) -> bool {
         matches!(self.function(name), Ok(Some(_)))
+    }
+    fn resident_blocks(&self, kernel: &str, threads: u32, smem: u32) -> u32 {
+        const FALLBACK: u32 = 4;
+        let Ok(Some(func)) = self.function(kernel) else {
+            return FALLBACK; // the launch itself reports the missing kernel
+        };
+        let key = (func, threads, smem);
+        if let Some(&r) = lock(&self.resident).get(&key) {
+            return r;
+        }
+        if self.current().is_err() {
+            return FALLBACK;
+        }
+        // SAFETY: func is a function of the loaded module.
+        let r = unsafe {
+            cu::occupancy::max_active_block_per_multiprocessor(
+                func as sys::CUfunction,
+                threads as i32,
+                smem as usize,
+            )
+        }
+        .map(|r| r.max(1) as u32)
+        .unwrap_or(FALLBACK);
+        lock(&self.resident).insert(key, r);
+        r
     }
     fn launch(&self, l: &Launch, stream: u64) -> Result<()> {
         self.launch_with(l, stream, false)

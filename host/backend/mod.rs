@@ -91,6 +91,14 @@ pub trait GpuBackend: Send + Sync {
     fn mem_info(&self) -> Result<(usize, usize)>;
     /// Whether the loaded module has the entry point `name`.
     fn has_kernel(&self, name: &str) -> bool;
+    /// How many blocks of `threads` threads, each with `smem` bytes of dynamic shared memory,
+    /// one SM holds at once for `kernel` (registers, shared memory and thread limits: the CUDA
+    /// occupancy calculator), for launch planning; at least 1. The default (and the CPU
+    /// reference, which has no occupancy) is 4.
+    fn resident_blocks(&self, kernel: &str, threads: u32, smem: u32) -> u32 {
+        let _ = (kernel, threads, smem);
+        4
+    }
     /// Enqueues a launch on `stream`.
     fn launch(&self, launch: &Launch, stream: u64) -> Result<()>;
     /// Enqueues a launch on `stream` that may start before the kernel launched just before it on

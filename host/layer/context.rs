@@ -1,5 +1,5 @@
 //! Per-caller scratch and output buffers.
-use super::plan::GemvPlan;
+use super::plan::{GemvPlan, MAX_RESIDENT_BLOCKS};
 use super::DenseFfnLayer;
 use crate::backend::DevicePtr;
 use crate::buffer::DeviceBuffer;
@@ -58,9 +58,12 @@ impl ForwardContext {
         let mut groups = 1usize;
         for m in 1..=MAX_GEMV_TOKENS {
             for (n, k) in [(i, h), (h, i)] {
-                let p = GemvPlan::new(n, k, m, sms);
-                ws = ws.max(p.workspace_elems(n, m));
-                groups = groups.max(p.row_groups as usize);
+                // The plan depends on the kernel's occupancy: size for every possible one.
+                for resident in 1..=MAX_RESIDENT_BLOCKS {
+                    let p = GemvPlan::new(n, k, m, sms, resident);
+                    ws = ws.max(p.workspace_elems(n, m));
+                    groups = groups.max(p.row_groups as usize);
+                }
             }
         }
         let act = MAX_GEMV_TOKENS * i * 4;

@@ -26,7 +26,9 @@ pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
 use crate::backend::{DevicePtr, GpuBackend, Launch};
 use crate::error::{Error, Result};
-use denseffn_device::params::{source, ElementwiseParams, GemvParams, ParamBlock};
+use denseffn_device::params::{
+    gemv_smem_bytes, source, ElementwiseParams, GemvParams, ParamBlock, GEMV_THREADS,
+};
 use lora::LoraSlot;
 use plan::GemvPlan;
 use std::sync::Arc;
@@ -554,12 +556,24 @@ impl DenseFfnLayer {
         stream: u64,
         after_shrink: bool,
     ) -> Result<()> {
-        let plan = GemvPlan::new(
+        let (n, k, m, sms) = (
             p.n as usize,
             p.k as usize,
             p.m as usize,
             self.gpu.sm_count(),
         );
+        // Plan for the kernel's register-limited occupancy, then again if the plan's shared
+        // memory lowers it.
+        let resident = self.gpu.resident_blocks(kernel, GEMV_THREADS, 0);
+        let mut plan = GemvPlan::new(n, k, m, sms, resident);
+        let with_smem = self.gpu.resident_blocks(
+            kernel,
+            GEMV_THREADS,
+            gemv_smem_bytes(p.m, plan.chunks_per_split),
+        );
+        if with_smem < resident {
+            plan = GemvPlan::new(n, k, m, sms, with_smem);
+        }
         let dependent = after_shrink && p.lora_rank != 0;
         let launch = plan.launch(kernel, p);
         if dependent {

@@ -8,17 +8,28 @@ use denseffn_device::params::{
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
 pub const GEMV_SMEM_BUDGET: u32 = 48 * 1024;
-/// Blocks per SM the planner aims for (default 4; `DENSEFFN_GEMV_BLOCKS_PER_SM` = 1..=16
-/// overrides it, read once per process: a tuning knob for benchmarks).
-fn blocks_per_sm() -> u32 {
-    static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+/// Resident blocks per SM the planner assumes instead of the backend's occupancy figure
+/// (`DENSEFFN_GEMV_BLOCKS_PER_SM` = 1..=16, read once per process: a tuning knob for
+/// benchmarks), if set.
+fn blocks_per_sm_override() -> Option<u32> {
+    static V: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
         std::env::var("DENSEFFN_GEMV_BLOCKS_PER_SM")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|v| (1..=16).contains(v))
-            .unwrap_or(4)
     })
+}
+
+/// The most resident GEMV blocks an SM can hold (2048 threads / [`GEMV_THREADS`]): the bound
+/// scratch sizing plans for.
+pub const MAX_RESIDENT_BLOCKS: u32 = 2048 / GEMV_THREADS;
+
+/// The fixed cost of one block (staging its activations, the epilogue) in units of one
+/// 64-column chunk of streaming, for `m` tokens: the planner's model of what an extra split
+/// costs.
+fn block_overhead_chunks(m: u32) -> u32 {
+    2 + m.div_ceil(2)
 }
 
 /// The schedule of one GEMV launch.
@@ -33,23 +44,43 @@ pub struct GemvPlan {
 }
 
 impl GemvPlan {
-    /// Plans `out[m][n] = W[n][k]·act[m][k]`: enough splits to give every SM several blocks,
-    /// and few enough chunks per split that the staged activations fit the shared-memory budget.
-    pub fn new(n: usize, k: usize, m: usize, sm_count: u32) -> Self {
-        let (n, k_tiles, m) = (n as u32, (k / TILE_K) as u32, m as u32);
-        let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
+    /// Plans `out[m][n] = W[n][k]·act[m][k]` for a kernel of which `resident` blocks fit one of
+    /// `sm_count` SMs. Of the K splits whose staged activations fit the shared-memory budget,
+    /// it takes the one with the least modelled time: whole waves of blocks
+    /// (`⌈blocks / (resident · sm_count)⌉`) × each block's chunks plus its fixed cost
+    /// ([`block_overhead_chunks`]); a partial last wave costs a whole one, so the plan fills
+    /// the machine evenly. Ties go to fewer splits (less staging and split-K traffic).
+    pub fn new(n: usize, k: usize, m: usize, sm_count: u32, resident: u32) -> Self {
+        let (n, k_tiles, m) = (n as u32, ((k / TILE_K) as u32).max(1), m as u32);
+        let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK).max(1);
+        let resident = blocks_per_sm_override().unwrap_or(resident).max(1);
+        let slots = (resident * sm_count.max(1)).max(1);
         let max_chunks =
             ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * GEMV_SMEM_PER_TOKEN_CHUNK)).max(1);
-        let for_occupancy = (blocks_per_sm() * sm_count).div_ceil(row_groups);
-        let splits = for_occupancy
-            .max(k_tiles.div_ceil(max_chunks))
-            .clamp(1, k_tiles.max(1));
-        let chunks_per_split = k_tiles.div_ceil(splits);
-        GemvPlan {
-            splits: k_tiles.div_ceil(chunks_per_split),
-            chunks_per_split,
-            row_groups,
+        let min_splits = k_tiles.div_ceil(max_chunks).min(k_tiles);
+        // Beyond 8 waves more splits only add staging.
+        let max_splits = (8 * slots).div_ceil(row_groups).clamp(min_splits, k_tiles);
+        let overhead = block_overhead_chunks(m) as u64;
+        let mut best: Option<(u64, GemvPlan)> = None;
+        for s in min_splits..=max_splits {
+            let chunks_per_split = k_tiles.div_ceil(s);
+            let splits = k_tiles.div_ceil(chunks_per_split);
+            let waves = (row_groups * splits).div_ceil(slots) as u64;
+            let cost = waves * (chunks_per_split as u64 + overhead);
+            if best.is_none_or(|(c, _)| cost < c) {
+                let plan = GemvPlan {
+                    splits,
+                    chunks_per_split,
+                    row_groups,
+                };
+                best = Some((cost, plan));
+            }
         }
+        best.map(|(_, p)| p).unwrap_or(GemvPlan {
+            splits: 1,
+            chunks_per_split: k_tiles,
+            row_groups,
+        })
     }
 
     /// f32 elements of split-K workspace this plan needs for `projs` projections.
@@ -90,22 +121,55 @@ mod tests {
             (1536, 8960),
         ] {
             for m in 1..=8 {
-                let p = GemvPlan::new(n, k, m, 132);
-                let k_tiles = (k / 64) as u32;
-                assert!(p.splits >= 1 && p.chunks_per_split >= 1);
-                assert!(
-                    p.splits * p.chunks_per_split >= k_tiles,
-                    "{n}x{k} m={m}: {p:?} misses columns"
-                );
-                assert!(
-                    (p.splits - 1) * p.chunks_per_split < k_tiles,
-                    "{n}x{k} m={m}: {p:?} has an empty split"
-                );
-                assert!(
-                    gemv_smem_bytes(m as u32, p.chunks_per_split) <= GEMV_SMEM_BUDGET,
-                    "{n}x{k} m={m}: {p:?}"
-                );
+                for resident in 1..=MAX_RESIDENT_BLOCKS {
+                    let p = GemvPlan::new(n, k, m, 132, resident);
+                    let k_tiles = (k / 64) as u32;
+                    assert!(p.splits >= 1 && p.chunks_per_split >= 1);
+                    assert!(
+                        p.splits * p.chunks_per_split >= k_tiles,
+                        "{n}x{k} m={m}: {p:?} misses columns"
+                    );
+                    assert!(
+                        (p.splits - 1) * p.chunks_per_split < k_tiles,
+                        "{n}x{k} m={m}: {p:?} has an empty split"
+                    );
+                    assert!(
+                        gemv_smem_bytes(m as u32, p.chunks_per_split) <= GEMV_SMEM_BUDGET,
+                        "{n}x{k} m={m}: {p:?}"
+                    );
+                }
             }
         }
+    }
+
+    /// The wave model on Llama-3-70B's shapes (132 SMs): down (64 row groups × 448 chunks,
+    /// 4 resident) fits in exactly one wave with 8 splits (512 blocks of 56 chunks) rather
+    /// than spilling 48 blocks of a 9-split plan into a second wave; gate+up (224 row groups ×
+    /// 128 chunks, 3 resident) takes 5 splits: 1120 blocks, 2.8 waves of 26 chunks, cheaper in
+    /// the model than 3 splits' 1.7 waves of 43 chunks.
+    #[test]
+    fn plans_fill_whole_waves() {
+        let down = GemvPlan::new(8192, 28672, 1, 132, 4);
+        assert_eq!((down.splits, down.chunks_per_split), (8, 56));
+        assert!(down.row_groups * down.splits <= 4 * 132);
+        let gate_up = GemvPlan::new(28672, 8192, 1, 132, 3);
+        assert_eq!((gate_up.splits, gate_up.chunks_per_split), (5, 26));
+        // More resident blocks per SM never make the plan use fewer splits than one wave
+        // needs to cover the machine.
+        for resident in 1..=MAX_RESIDENT_BLOCKS {
+            let p = GemvPlan::new(4096, 14336, 1, 132, resident);
+            let blocks = p.row_groups * p.splits;
+            assert!(
+                blocks * 10 >= 8 * resident * 132 || p.splits == 224,
+                "resident {resident}: {p:?} leaves SMs idle"
+            );
+        }
+    }
+
+    /// A tiny matrix (fewer row groups and chunks than SMs) still gets a valid plan.
+    #[test]
+    fn tiny_matrices_plan() {
+        let p = GemvPlan::new(16, 64, 8, 132, 8);
+        assert_eq!((p.splits, p.chunks_per_split, p.row_groups), (1, 1, 1));
     }
 }
