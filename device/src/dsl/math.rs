@@ -12,6 +12,17 @@ pub fn exp2(x: f32) -> f32 {
     r
 }
 
+/// `1/x` with `rcp.approx.ftz.f32` (max error 1 ulp; `1/±inf = ±0`, NaN stays NaN).
+#[inline(always)]
+pub fn rcp(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        asm!("rcp.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(nostack, pure, nomem))
+    };
+    r
+}
+
 /// `e^x`.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {

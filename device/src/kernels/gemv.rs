@@ -23,12 +23,6 @@ const SCALES_AT: u32 = 0;
 const FLAG_AT: u32 = 32;
 const RED_AT: u32 = 256;
 
-/// One activation pair (columns k, k+1) of token `t`, in f32.
-#[inline(always)]
-unsafe fn load_pair(p: &GemvParams, t: u32, k: u32) -> (f32, f32) {
-    act_pair(p.source, p.act0, p.act1, (t * p.k + k) as usize)
-}
-
 /// The activation pair at element `idx` (even) of a `source::*` input: bf16 `act0`, f32
 /// `act0`, or silu(`act0`)·`act1` from two f32 buffers.
 #[inline(always)]
@@ -50,10 +44,44 @@ pub(crate) unsafe fn act_pair(src: u32, act0: u64, act1: u64, idx: usize) -> (f3
     }
 }
 
-/// `x * sigmoid(x)`, finite for every finite x (exp overflow gives -0 or x).
+/// `x * sigmoid(x)`, finite for every finite x (exp overflow gives -0 or x). Approximate
+/// exponential and reciprocal (a few ulp of f32; every consumer rounds the result to f16 or
+/// bf16), not an IEEE division, which costs a slow-path call per element.
 #[inline(always)]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + exp(-x))
+    x * rcp(1.0 + exp(-x))
+}
+
+/// Eight consecutive activations of token row offset `idx` (a multiple of 8) of a
+/// `source::*` input, read with 16-byte read-only loads (the layer requires 16-byte-aligned
+/// inputs; its scratch buffers are allocations): bf16 `act0`, f32 `act0`, or
+/// silu(`act0`)·`act1` from two f32 buffers.
+#[inline(always)]
+unsafe fn act8<const SRC: u32>(act0: u64, act1: u64, idx: usize) -> [f32; 8] {
+    let mut v = [0.0f32; 8];
+    if SRC == source::BF16 {
+        let w = ld_nc_v4((act0 as *const u16).add(idx) as *const u8);
+        unroll4!(E, 0 => {
+            v[2 * E] = f32::from_bits(w[E] << 16);
+            v[2 * E + 1] = f32::from_bits(w[E] & 0xFFFF_0000);
+        });
+    } else {
+        let a = (act0 as *const f32).add(idx) as *const u8;
+        let (a0, a1) = (ld_nc_v4(a), ld_nc_v4(a.add(16)));
+        unroll4!(E, 0 => {
+            v[E] = f32::from_bits(a0[E]);
+            v[4 + E] = f32::from_bits(a1[E]);
+        });
+        if SRC == source::SILU_F32 {
+            let u = (act1 as *const f32).add(idx) as *const u8;
+            let (u0, u1) = (ld_nc_v4(u), ld_nc_v4(u.add(16)));
+            unroll4!(E, 0 => {
+                v[E] = silu(v[E]) * f32::from_bits(u0[E]);
+                v[4 + E] = silu(v[4 + E]) * f32::from_bits(u1[E]);
+            });
+        }
+    }
+    v
 }
 
 /// Power of two that brings `amax` into [2^14, 2^15): (factor, 1/factor). NaN/Inf/0 are safe.
@@ -78,19 +106,22 @@ fn pow2_scale(amax: f32) -> (f32, f32) {
 /// each token's maximum, the second (served mostly by L1) scales, packs and stores; no raw copy
 /// is kept in shared memory, so a split can hold 3× the chunks of a one-pass staging.
 /// Pass 1 ([`stage_amax`]) and pass 2 ([`stage_pack`]) are separate so the caller can issue its
-/// first weight loads between them.
+/// first weight loads between them. Each thread handles 8 consecutive columns at a time
+/// ([`act8`]); the source is a const parameter, so the loops carry no branch on it.
 #[inline(always)]
-unsafe fn stage_amax(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_amax<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
-    let pairs = nchunks * (TILE_K as u32 / 2);
+    let vecs = nchunks * (TILE_K as u32 / 8);
     let k0 = chunk0 * TILE_K as u32;
     for t in 0..p.m {
         let mut amax = 0.0f32;
         let mut i = tid;
-        while i < pairs {
-            let (a, b) = load_pair(p, t, k0 + 2 * i);
-            amax = max_nan(amax, max_nan(a.abs(), b.abs()));
+        while i < vecs {
+            let v = act8::<SRC>(p.act0, p.act1, (t * p.k + k0 + 8 * i) as usize);
+            unroll8!(E => {
+                amax = max_nan(amax, v[E].abs());
+            });
             i += GEMV_THREADS;
         }
         amax = warp_max(amax);
@@ -101,12 +132,13 @@ unsafe fn stage_amax(p: &GemvParams, chunk0: u32, nchunks: u32) {
     sync_threads();
 }
 
-/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]).
+/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]). Columns `8i..8i+8`
+/// of a chunk are the four `tq` pairs of one B-fragment register `q`.
 #[inline(always)]
-unsafe fn stage_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_pack<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
-    let pairs = nchunks * (TILE_K as u32 / 2);
+    let vecs = nchunks * (TILE_K as u32 / 8);
     let k0 = chunk0 * TILE_K as u32;
     for t in 0..p.m {
         let mut amax = 0.0f32;
@@ -118,20 +150,38 @@ unsafe fn stage_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
             smem.add(SCALES_AT + t * 4).st_f32(inv);
         }
         let mut i = tid;
-        while i < pairs {
-            let (a, b) = load_pair(p, t, k0 + 2 * i);
-            let lk = 2 * i;
-            let (c, kk) = (lk / 64, lk % 64);
-            let (j, r) = (kk / 16, kk % 16);
-            let q = 2 * j + r / 8;
-            let tq = (r % 8) / 2;
-            let word = (c * p.m + t) * GEMV_TOKEN_WORDS + tq * 8 + q;
-            smem.add(GEMV_SMEM_HEADER + word * 4)
-                .st_u32(pack_f16x2(a * f, b * f));
+        while i < vecs {
+            let v = act8::<SRC>(p.act0, p.act1, (t * p.k + k0 + 8 * i) as usize);
+            let (c, kk) = (i / 8, (8 * i) % 64);
+            let q = 2 * (kk / 16) + (kk % 16) / 8;
+            let at = smem.add(GEMV_SMEM_HEADER + ((c * p.m + t) * GEMV_TOKEN_WORDS + q) * 4);
+            unroll4!(TQ, 0 => {
+                at.add(TQ as u32 * 32).st_u32(pack_f16x2(v[2 * TQ] * f, v[2 * TQ + 1] * f));
+            });
             i += GEMV_THREADS;
         }
     }
     sync_threads();
+}
+
+/// [`stage_amax`] for the launch's source.
+#[inline(always)]
+unsafe fn stage_amax_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    match p.source {
+        source::BF16 => stage_amax::<{ source::BF16 }>(p, chunk0, nchunks),
+        source::SILU_F32 => stage_amax::<{ source::SILU_F32 }>(p, chunk0, nchunks),
+        _ => stage_amax::<{ source::F32 }>(p, chunk0, nchunks),
+    }
+}
+
+/// [`stage_pack`] for the launch's source.
+#[inline(always)]
+unsafe fn stage_pack_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    match p.source {
+        source::BF16 => stage_pack::<{ source::BF16 }>(p, chunk0, nchunks),
+        source::SILU_F32 => stage_pack::<{ source::SILU_F32 }>(p, chunk0, nchunks),
+        _ => stage_pack::<{ source::F32 }>(p, chunk0, nchunks),
+    }
 }
 
 /// Four mma steps of one chunk.
@@ -202,11 +252,11 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
             });
         }
     };
-    stage_amax(p, chunk0, nchunks);
+    stage_amax_any(p, chunk0, nchunks);
     if !DUAL {
         preload(&mut l);
     }
-    stage_pack(p, chunk0, nchunks);
+    stage_pack_any(p, chunk0, nchunks);
     if DUAL {
         preload(&mut l);
     }
