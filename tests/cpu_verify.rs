@@ -130,3 +130,93 @@ fn km_refuses_bad_m_and_missing_kernels() {
         matches!(layer.forward_k3(x, &mut ctx, 0), Err(Error::MissingKernel(ref k)) if k == kernels::BATCH3_DOWN)
     );
 }
+
+/// Every decode and verify path plans its GEMVs from the kernels' occupancy (resident blocks
+/// per SM); the CPU reference checks each launch's schedule as the GPU kernel relies on it
+/// (grid, K coverage, shared memory, split-K scratch inside the context's buffers). For every
+/// occupancy 1..=8 on a shape whose plans differ with it, every path runs, matches the f64
+/// reference, and gives the same bits as at the default occupancy.
+#[test]
+fn every_occupancy_plans_within_the_context_scratch() {
+    let (h, i) = (1024, 2048);
+    let host = HostLayer::quantized(h, i, 41);
+    let x = activations(8 * h, 43);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let want = host.reference(&x, act);
+        let outputs = |resident: u32| -> Vec<Vec<f64>> {
+            let gpu: Arc<dyn GpuBackend> =
+                Arc::new(CpuBackend::new().with_resident_blocks(resident));
+            let layer = host.layer(&gpu, act);
+            let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+            let mut outs = Vec::new();
+            let one = upload_bf16(&gpu, &x[..h]);
+            outs.push(download_bf16(
+                &gpu,
+                layer.forward(one, &mut ctx, 0).unwrap(),
+                h,
+            ));
+            let xs = upload_bf16(&gpu, &x);
+            let y = layer.forward_k2(xs, &mut ctx, 0).unwrap();
+            outs.push(download_bf16(&gpu, y, 2 * h));
+            let y = layer.forward_k3(xs, &mut ctx, 0).unwrap();
+            outs.push(download_bf16(&gpu, y, 3 * h));
+            for m in 1..=8 {
+                let y = layer.forward_km(xs, m, &mut ctx, 0);
+                let y = y.unwrap_or_else(|e| panic!("{act:?} resident {resident} m={m}: {e}"));
+                outs.push(download_bf16(&gpu, y, m * h));
+            }
+            outs
+        };
+        let base = outputs(4);
+        for (j, out) in base.iter().enumerate() {
+            let err = rel_l2(out, &want[..out.len()]);
+            assert!(err < 1e-2, "{act:?} output {j}: rel L2 {err}");
+        }
+        for resident in [1, 2, 8] {
+            assert_eq!(outputs(resident), base, "{act:?} resident {resident}");
+        }
+    }
+}
+
+/// The schedule check itself: a GEMV whose split-K workspace does not fit its buffer, or
+/// whose splits skip columns, is refused with a clear error instead of being computed.
+#[test]
+fn gemv_schedules_that_would_overrun_are_refused() {
+    use denseffn::backend::Launch;
+    use denseffn_device::params::{gemv_smem_bytes, GemvParams, ParamBlock};
+    let gpu = CpuBackend::new();
+    let (n, k, m) = (256u32, 512u32, 2u32);
+    let alloc = |bytes: usize| gpu.alloc(bytes).unwrap().0;
+    let mut p = GemvParams {
+        w0: alloc((n * k / 2) as usize),
+        s0: alloc((n * k / 16) as usize),
+        act0: alloc((m * k * 2) as usize),
+        out0: alloc((m * n * 2) as usize),
+        n,
+        k,
+        m,
+        out_bf16: 1,
+        splits: 2,
+        chunks_per_split: 4,
+        ws: alloc((2 * 2 * m * n * 4) as usize - 4), // one f32 short
+        counters: alloc(2 * 4),
+        ..Default::default()
+    };
+    let launch = |p: &GemvParams| {
+        let l = Launch {
+            kernel: "gemv_batchm_nvfp4",
+            grid: (2, p.splits, 1),
+            block: (256, 1, 1),
+            smem: gemv_smem_bytes(m, p.chunks_per_split),
+            params: p.as_bytes(),
+        };
+        gpu.launch(&l, 0)
+    };
+    let e = launch(&p).unwrap_err();
+    assert!(matches!(e, Error::BadAccess(_)), "{e}");
+    p.ws = alloc((2 * 2 * m * n * 4) as usize);
+    launch(&p).unwrap();
+    p.chunks_per_split = 3; // 2 × 3 < 8 chunks
+    let e = launch(&p).unwrap_err();
+    assert!(e.to_string().contains("do not cover"), "{e}");
+}

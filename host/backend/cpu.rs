@@ -95,6 +95,8 @@ pub struct CpuBackend {
     /// Allocations made so far, and the index of one that must fail (fault injection).
     allocs_made: AtomicU64,
     fail_alloc: AtomicU64,
+    /// What [`GpuBackend::resident_blocks`] answers for every kernel.
+    resident: u32,
     missing: HashSet<String>,
     launches: AtomicU64,
     events: Mutex<HashMap<u64, Instant>>,
@@ -120,12 +122,21 @@ impl CpuBackend {
             capacity: None,
             allocs_made: AtomicU64::new(0),
             fail_alloc: AtomicU64::new(u64::MAX),
+            resident: 4,
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
             events: Mutex::new(HashMap::new()),
             next_event: AtomicU64::new(1),
             graphs: Mutex::new(Graphs::default()),
         }
+    }
+
+    /// Answers `n` (1..=8, clamped) for every kernel's resident blocks per SM, as a GPU whose
+    /// kernels had that occupancy would, so the layer's launch plans (K splits, split-K
+    /// scratch) can be exercised for each occupancy on the CPU.
+    pub fn with_resident_blocks(mut self, n: u32) -> Self {
+        self.resident = n.clamp(1, 8);
+        self
     }
 
     /// At most `bytes` allocated at once: allocations past it fail with `OutOfMemory`.
@@ -282,6 +293,9 @@ impl GpuBackend for CpuBackend {
     }
     fn has_kernel(&self, name: &str) -> bool {
         cpu_kernels::KERNELS.contains(&name) && !self.missing.contains(name)
+    }
+    fn resident_blocks(&self, _kernel: &str, _threads: u32, _smem: u32) -> u32 {
+        self.resident
     }
     fn launch(&self, launch: &Launch, stream: u64) -> Result<()> {
         if !self.has_kernel(launch.kernel) {

@@ -7,8 +7,8 @@ use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
-    source, ElementwiseParams, GemmParams, GemvParams, LoraShrinkParams, ParamBlock, LORA_MAX_RANK,
-    LORA_RANK_STEP,
+    gemv_smem_bytes, source, ElementwiseParams, GemmParams, GemvParams, LoraShrinkParams,
+    ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP,
 };
 use half::bf16;
 
@@ -102,7 +102,11 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         "q4k_mmq_gate_up_act" | "q4k_mmq" => super::cpu_mmq::gemm(mem, &params(l)?),
         "quantize_nvfp4_act" => super::cpu_nvfp4_mmq::quantize(mem, &params(l)?),
         "nvfp4_mmq_gate_up_act" => super::cpu_nvfp4_mmq::gemm(mem, &params(l)?),
-        k if k.contains("gemv") => gemv(mem, &params(l)?, format_of(k)),
+        k if k.contains("gemv") => {
+            let p = params(l)?;
+            gemv_schedule(mem, l, &p)?;
+            gemv(mem, &p, format_of(k))
+        }
         k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "silu_mul" => elementwise(mem, &params(l)?, silu),
@@ -231,6 +235,44 @@ fn add_lora(
             let d: f64 = br.iter().zip(xr).map(|(&b, &x)| b * x as f64).sum();
             y[tok * n + row] += d;
         }
+    }
+    Ok(())
+}
+
+/// Checks a GEMV launch's schedule the way the kernel relies on it, though the reference
+/// computes the product without splitting K: the grid is (row groups, splits), the splits
+/// cover every 64-column chunk, the dynamic shared memory holds one split's staged activations,
+/// and with `splits > 1` the split-K workspace (`[splits][2][m][n]` f32) and the row groups'
+/// counters lie inside allocations. A plan or a scratch size that would make the GPU skip
+/// columns or write out of bounds fails here, on the CPU, with a clear error.
+fn gemv_schedule(mem: &Memory, l: &Launch, p: &GemvParams) -> Result<()> {
+    let (n, k, m) = (p.n, p.k, p.m);
+    let k_tiles = k / TILE_K as u32;
+    let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK);
+    let bad = |what: String| Err(Error::Invalid(format!("{}: {what}", l.kernel)));
+    if l.grid != (row_groups, p.splits, 1) || l.block != (GEMV_THREADS, 1, 1) {
+        return bad(format!(
+            "grid {:?} / block {:?}, want ({row_groups}, {}, 1) / ({GEMV_THREADS}, 1, 1)",
+            l.grid, l.block, p.splits
+        ));
+    }
+    if p.splits == 0 || p.chunks_per_split == 0 || p.splits * p.chunks_per_split < k_tiles {
+        return bad(format!(
+            "{} splits of {} chunks do not cover {k_tiles} chunks",
+            p.splits, p.chunks_per_split
+        ));
+    }
+    if l.smem < gemv_smem_bytes(m, p.chunks_per_split) {
+        return bad(format!(
+            "{} bytes of shared memory, the staging needs {}",
+            l.smem,
+            gemv_smem_bytes(m, p.chunks_per_split)
+        ));
+    }
+    if p.splits > 1 {
+        let ws = p.splits as usize * 2 * m as usize * n as usize * 4;
+        mem.read(p.ws, ws)?;
+        mem.read(p.counters, row_groups as usize * 4)?;
     }
     Ok(())
 }
