@@ -590,6 +590,25 @@ pub fn markdown(r: &Report) -> String {
             Err((what, why)) => md.push_str(&format!("| {what} | not run: {why} ||||||||||||\n")),
         }
     }
+    let scaling = km_scaling(r);
+    if !scaling.is_empty() {
+        md.push_str(
+            "\n## forward_km scaling\n\ntime(m) ÷ time(1), with time(1) = `forward_km(1)` (the same \
+             path at one token), and ÷ `forward()` (the single-token decode path).\n\n\
+             | model | format | m | forward_km µs | ÷ forward_km(1) | ÷ forward() |\n|---|---|---|---|---|---|\n",
+        );
+        for k in &scaling {
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {:.2} | {} |\n",
+                k.shape,
+                k.format,
+                k.m,
+                sig(k.us),
+                k.vs_km1,
+                k.vs_forward.map_or("–".into(), |v| format!("{v:.2}")),
+            ));
+        }
+    }
     md.push_str("\n## Prefill\n\n| model | format | path | N | arm | µs | TFLOP/s | cuBLAS bf16 TFLOP/s | ÷ cuBLAS | ggml TFLOP/s (n = N) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for row in &r.prefill {
         match row {
@@ -610,6 +629,41 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     md
+}
+
+/// One `forward_km(m)` time against the same shape and format's `forward_km(1)` and `forward()`.
+struct KmScaling<'a> {
+    shape: &'a str,
+    format: &'static str,
+    m: usize,
+    us: f64,
+    vs_km1: f64,
+    vs_forward: Option<f64>,
+}
+
+/// Issue 3's time(m) ÷ time(1) from the decode rows: every measured `forward_km(m)` of a shape
+/// and format whose `forward_km(1)` was measured too, also against its `forward()` when that was.
+fn km_scaling(r: &Report) -> Vec<KmScaling<'_>> {
+    let rows: Vec<&DecodeRow> = r.decode.iter().filter_map(|d| d.as_ref().ok()).collect();
+    let find = |shape: &str, format: &str, path: &str| {
+        rows.iter()
+            .find(|d| d.shape == shape && d.format == format && d.path == path)
+            .map(|d| d.us)
+    };
+    rows.iter()
+        .filter(|d| d.path.starts_with("forward_km("))
+        .filter_map(|d| {
+            let km1 = find(&d.shape, d.format, "forward_km(1)")?;
+            Some(KmScaling {
+                shape: &d.shape,
+                format: d.format,
+                m: d.m,
+                us: d.us,
+                vs_km1: d.us / km1,
+                vs_forward: find(&d.shape, d.format, "forward").map(|f| d.us / f),
+            })
+        })
+        .collect()
 }
 
 /// The report as JSON: the header fields, then one object per row (failed rows with `error`).
@@ -640,8 +694,17 @@ fn json(r: &Report) -> serde_json::Value {
             Err((what, why)) => err(what, why),
         })
         .collect();
+    let km: Vec<serde_json::Value> = km_scaling(r)
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "model": k.shape, "format": k.format, "m": k.m, "us": k.us,
+                "over_km1": k.vs_km1, "over_forward": k.vs_forward,
+            })
+        })
+        .collect();
     serde_json::json!({
         "device": r.device, "backend": r.backend, "copy_GBps": r.copy_gbs,
-        "cublas": r.cublas_note, "decode": decode, "prefill": prefill,
+        "cublas": r.cublas_note, "decode": decode, "km_scaling": km, "prefill": prefill,
     })
 }
