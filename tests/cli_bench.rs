@@ -42,13 +42,24 @@ fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
         }
     }
     assert!(md.contains("÷ copy") && md.contains("÷ cuBLAS") && md.contains("graph µs"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("bench.json")).unwrap()).unwrap();
+    let decode = json["decode"].as_array().unwrap();
+    assert_eq!(decode.len(), FORMATS.len() * 11);
     // time(m) ÷ time(1): one row per format and m, m = 1 exactly 1, each ratio the two timed
     // rows' quotient.
-    let km = json_km_rows(&dir);
+    let km = json["km_scaling"].as_array().unwrap();
     assert_eq!(km.len(), FORMATS.len() * 8);
-    for k in &km {
+    for k in km {
         let (f, m) = (k["format"].as_str().unwrap(), k["m"].as_u64().unwrap());
-        let us = |path: &str| timed_us(&dir, f, path);
+        let us = |path: &str| {
+            decode
+                .iter()
+                .find(|d| d["format"] == f && d["path"] == path)
+                .unwrap_or_else(|| panic!("no {f} {path} row"))["us"]
+                .as_f64()
+                .unwrap()
+        };
         let want = us(&format!("forward_km({m})")) / us("forward_km(1)");
         assert!(
             (k["over_km1"].as_f64().unwrap() - want).abs() < 1e-12,
@@ -64,10 +75,6 @@ fn bench_on_the_cpu_writes_every_path_row_and_the_plots() {
         }
     }
     assert!(md.contains("## forward_km scaling") && md.contains("÷ forward_km(1)"));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("bench.json")).unwrap()).unwrap();
-    let decode = json["decode"].as_array().unwrap();
-    assert_eq!(decode.len(), FORMATS.len() * 11);
     for d in decode {
         assert!(d["us"].as_f64().unwrap() > 0.0, "{d}");
         assert!(
@@ -196,25 +203,4 @@ fn a_bad_anchor_row_is_an_error_naming_its_line() {
         .to_string();
     assert!(e.contains("unit"), "{e}");
     assert!(anchors::parse("no table here").is_err());
-}
-
-/// The `km_scaling` rows of a report's bench.json.
-fn json_km_rows(dir: &std::path::Path) -> Vec<serde_json::Value> {
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("bench.json")).unwrap()).unwrap();
-    json["km_scaling"].as_array().unwrap().clone()
-}
-
-/// The µs of decode row `path` of format `format` in a report's bench.json.
-fn timed_us(dir: &std::path::Path, format: &str, path: &str) -> f64 {
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("bench.json")).unwrap()).unwrap();
-    json["decode"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["format"] == format && d["path"] == path)
-        .unwrap_or_else(|| panic!("no {format} {path} row"))["us"]
-        .as_f64()
-        .unwrap()
 }
