@@ -49,6 +49,27 @@ fn km_matches_reference_and_single_rows_for_every_m() {
     }
 }
 
+/// Inputs and intermediates whose magnitude changes every 64 columns (2^-4..2^4): the packed
+/// activations carry one scale per token and K split, so up (reading gate's staged copy) and
+/// down (reading the packer's output) must each apply the scale of the split the values came
+/// from. Every verify path against the f64 reference.
+#[test]
+fn verify_paths_track_magnitudes_that_change_along_k() {
+    let host = HostLayer::quantized_graded(H, I, 31);
+    let x = graded_activations(8 * H, H, 32);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let gpu = cpu();
+        let layer = host.layer(&gpu, act);
+        let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+        let want = host.reference(&x, act);
+        for &(path, m) in GRADED_PATHS {
+            let got = path_output(&layer, &gpu, path, m, &x, &mut ctx).unwrap();
+            let err = rel_l2(&got, &want[..m * H]);
+            assert!(err < 1e-2, "{act:?} {path} m={m}: rel L2 {err}");
+        }
+    }
+}
+
 #[test]
 fn k2_k3_match_reference_with_three_launches() {
     let host = HostLayer::quantized(H, I, 19);
@@ -70,16 +91,20 @@ fn k2_k3_match_reference_with_three_launches() {
             assert_eq!(gpu.launch_count() - before, 3, "{act:?} k{k}");
             let got = download_bf16(&gpu, y, k * H);
             let km = download_bf16(&gpu, layer.forward_km(xs, k, &mut ctx, 0).unwrap(), k * H);
-            assert_eq!(got, km, "{act:?} k{k} differs from forward_km({k})");
+            // forward_km's up and down read the activations packed as f16 (a power-of-two
+            // scale per token and K split), k2/k3 stage them exactly here: the two agree to
+            // within that rounding (2^-11 relative per value).
+            let d = rel_l2(&km, &got);
+            assert!(d < 2e-3, "{act:?} k{k}: forward_km({k}) differs by {d}");
             let err = rel_l2(&got, &want[..k * H]);
             assert!(err < 1e-2, "{act:?} k{k}: {err}");
         }
         assert_eq!(
             layer.verify_kernels(2)[1],
             if act == FfnActivation::Silu {
-                kernels::SILU_MUL
+                kernels::SILU_MUL_PACK
             } else {
-                kernels::GELU_MUL
+                kernels::GELU_MUL_PACK
             }
         );
     }

@@ -35,6 +35,28 @@ pub mod source {
     pub const F32: u32 = 1;
     /// silu(g) * u from two f32 `[m][k]` buffers, computed while staging (SiLU-fused down).
     pub const SILU_F32: u32 = 2;
+    /// Already staged by an earlier launch: `act0` holds f16 values in B-fragment order
+    /// (`[chunk][m][PACK_TOKEN_WORDS]` words, each token scaled by a power of two per K split)
+    /// and `act1` the f32 inverse scales `[split][PACK_SCALE_STRIDE]`; the kernel reads its B
+    /// fragments straight from global memory, with no staging and no shared memory for them.
+    /// The launch must use the K splits the pack was made for.
+    pub const PACKED: u32 = 3;
+}
+
+/// 32-bit words one token's 64 packed f16 values of a chunk take in a [`source::PACKED`]
+/// buffer: lane quad `tq` of the reading warp finds its 8 B-fragment words at `8·tq`.
+pub const PACK_TOKEN_WORDS: u32 = 32;
+/// f32 inverse scales per K split in a [`source::PACKED`] scale buffer (one per token slot).
+pub const PACK_SCALE_STRIDE: u32 = 8;
+
+/// Bytes of a [`source::PACKED`] activation buffer for `m` tokens of `k` columns.
+pub const fn pack_bytes(m: u32, k: u32) -> u32 {
+    m * k * 2
+}
+
+/// Bytes of a [`source::PACKED`] scale buffer for `splits` K splits.
+pub const fn pack_scale_bytes(splits: u32) -> u32 {
+    splits * PACK_SCALE_STRIDE * 4
 }
 
 /// Parameters of the NVFP4 tiled GEMV family (`gemv_nvfp4_*`): `out[t][row] = sum_k W[row][k] *
@@ -98,10 +120,17 @@ pub struct GemvParams {
     pub lora_rank: u32,
     /// Padding to a multiple of 8 bytes.
     pub _pad_lora: u32,
+    /// Where the blocks of row group 0 also write their staged activations as a
+    /// [`source::PACKED`] buffer (`[chunk][m][PACK_TOKEN_WORDS]` words), so a later launch over
+    /// the same input and K splits skips the staging; 0: not written. Single-projection
+    /// kernels with a staged source only.
+    pub pack_out: u64,
+    /// The inverse scales of `pack_out`, f32 `[split][PACK_SCALE_STRIDE]`.
+    pub pack_scales: u64,
 }
 
-// SAFETY: repr(C), 10 u64, 10 four-byte fields, 3 u64, 2 four-byte fields: no padding (the
-// second u64 run starts at byte 120), all bit patterns valid.
+// SAFETY: repr(C), 10 u64, 10 four-byte fields, 3 u64, 2 four-byte fields, 2 u64: no padding
+// (the second u64 run starts at byte 120, the third at 152), all bit patterns valid.
 unsafe impl ParamBlock for GemvParams {}
 
 /// Rows per block of the GEMV family (8 warps × one 16-row tile).
@@ -127,7 +156,7 @@ pub const GEMV_TOKEN_WORDS: u32 = 36;
 /// Shared-memory bytes per token per 64-column chunk (64 f16 values, padded).
 pub const GEMV_SMEM_PER_TOKEN_CHUNK: u32 = GEMV_TOKEN_WORDS * 4;
 
-/// Parameters of the elementwise activation kernels (`gelu_mul`, `silu_mul`):
+/// Parameters of the elementwise activation kernel (`gelu_mul`):
 /// `out[i] = act(g[i]) * u[i]` for `i < len`, f32 in and out. Grid: `ceil(len / 1024)`,
 /// block: 256 threads, 4 elements per thread.
 #[repr(C)]
@@ -147,6 +176,43 @@ pub struct ElementwiseParams {
 
 // SAFETY: repr(C), 3 u64 + 2 u32: no padding.
 unsafe impl ParamBlock for ElementwiseParams {}
+
+/// Parameters of the activation packers (`silu_mul_pack`, `gelu_mul_pack`): `a = act(g)·u` over `m`
+/// tokens of `k` f32 columns, written as a [`source::PACKED`] buffer for a GEMV launch with
+/// `chunks_per_split` chunks per K split (each token scaled per split by a power of two that
+/// brings its largest magnitude into [2^14, 2^15)), and as f32 `[m][k]` to `out` when it is
+/// not 0 (LoRA's shrink of down reads it). Grid: (`ceil(k / 64 / chunks_per_split)`, `m`),
+/// block: [`PACK_THREADS`], dynamic shared memory [`PACK_SMEM_BYTES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ActPackParams {
+    /// Gate input, f32 `[m][k]`.
+    pub g: u64,
+    /// Up input, f32 `[m][k]`.
+    pub u: u64,
+    /// f32 output `[m][k]` (0: not written).
+    pub out: u64,
+    /// Packed output (see [`source::PACKED`]).
+    pub packed: u64,
+    /// Inverse scales out, f32 `[split][PACK_SCALE_STRIDE]`.
+    pub scales: u64,
+    /// Columns per token (multiple of 64).
+    pub k: u32,
+    /// Tokens, 1..=8.
+    pub m: u32,
+    /// 64-column chunks per K split of the consuming GEMV.
+    pub chunks_per_split: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+// SAFETY: repr(C), 5 u64 + 4 u32: no padding.
+unsafe impl ParamBlock for ActPackParams {}
+
+/// Threads per block of the activation packers.
+pub const PACK_THREADS: u32 = 256;
+/// Dynamic shared memory of an activation packer block (one f32 per warp).
+pub const PACK_SMEM_BYTES: u32 = PACK_THREADS / 32 * 4;
 
 /// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
 /// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With

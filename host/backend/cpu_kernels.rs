@@ -5,12 +5,14 @@ use super::cpu::Memory;
 use super::Launch;
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
+use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
-    gemv_smem_bytes, source, ElementwiseParams, GemmParams, GemvParams, LoraShrinkParams,
-    ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP,
+    gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams, GemvParams,
+    LoraShrinkParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
+    LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
 };
-use half::bf16;
+use half::{bf16, f16};
 
 /// Kernels the CPU backend can execute.
 pub(crate) const KERNELS: &[&str] = &[
@@ -24,7 +26,8 @@ pub(crate) const KERNELS: &[&str] = &[
     "gemv_batchm_nvfp4",
     "gemv_batch8_nvfp4",
     "gelu_mul",
-    "silu_mul",
+    "gelu_mul_pack",
+    "silu_mul_pack",
     "gemm_nvfp4_t_gate_up_act",
     "gemm_nvfp4_t_down",
     "bf16_gemv_gate_up",
@@ -109,7 +112,8 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         }
         k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
-        "silu_mul" => elementwise(mem, &params(l)?, silu),
+        "gelu_mul_pack" => act_pack(mem, l, &params(l)?, gelu_tanh),
+        "silu_mul_pack" => act_pack(mem, l, &params(l)?, silu),
         "lora_shrink" => lora_shrink(mem, &params(l)?),
         other => Err(Error::MissingKernel(other.into())),
     }
@@ -154,6 +158,106 @@ fn elementwise(mem: &mut Memory, p: &ElementwiseParams, f: fn(f64) -> f64) -> Re
     mem.write(p.out, n * 4)?
         .copy_from_slice(bytemuck::cast_slice(&out));
     Ok(())
+}
+
+/// `silu_mul_pack` / `gelu_mul_pack`: `a = f(g)·u` (f32, to `out` when set) packed for a GEMV with
+/// `chunks_per_split` chunks per K split, as [`pack_into`] places and scales it.
+fn act_pack(mem: &mut Memory, l: &Launch, p: &ActPackParams, f: fn(f64) -> f64) -> Result<()> {
+    let (k, m, cps) = (p.k as usize, p.m as usize, p.chunks_per_split as usize);
+    if k == 0 || k % TILE_K != 0 || !(1..=8).contains(&m) || cps == 0 {
+        return Err(Error::Invalid(format!(
+            "{}: k={k} m={m} chunks_per_split={cps}",
+            l.kernel
+        )));
+    }
+    let splits = (k / TILE_K).div_ceil(cps) as u32;
+    if l.grid != (splits, m as u32, 1)
+        || l.block != (PACK_THREADS, 1, 1)
+        || l.smem < PACK_SMEM_BYTES
+    {
+        return Err(Error::Invalid(format!(
+            "{}: grid {:?} / block {:?} / {} bytes of shared memory, want ({splits}, {m}, 1) / \
+             ({PACK_THREADS}, 1, 1) / {PACK_SMEM_BYTES}",
+            l.kernel, l.grid, l.block, l.smem
+        )));
+    }
+    let g = f32s(mem, p.g, m * k)?;
+    let u = f32s(mem, p.u, m * k)?;
+    let a: Vec<f32> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| (f(g as f64) * u as f64) as f32)
+        .collect();
+    if p.out != 0 {
+        mem.write(p.out, m * k * 4)?
+            .copy_from_slice(bytemuck::cast_slice(&a));
+    }
+    pack_into(mem, (p.packed, p.scales), m, k, cps, &a)
+}
+
+/// Writes `vals` (f32 `[m][k]`) as a `source::PACKED` buffer at `to.0` with its inverse
+/// scales at `to.1`: for each K split of `cps` chunks and token, the power of two
+/// ([`pow2_scale`]) of the largest magnitude (NaN-propagating, as the kernels' `max.NaN`),
+/// each value scaled and rounded to f16 in its [`word_of`] slot. Scale slots of tokens ≥ m are
+/// left as they were, as on the GPU.
+fn pack_into(
+    mem: &mut Memory,
+    to: (u64, u64),
+    m: usize,
+    k: usize,
+    cps: usize,
+    vals: &[f32],
+) -> Result<()> {
+    let k_tiles = k / TILE_K;
+    let splits = k_tiles.div_ceil(cps);
+    let mut words = vec![0u32; m * k / 2];
+    let mut inv = Vec::new();
+    for s in 0..splits {
+        let (c0, c1) = (s * cps, ((s + 1) * cps).min(k_tiles));
+        for t in 0..m {
+            let row = &vals[t * k + c0 * TILE_K..t * k + c1 * TILE_K];
+            let amax = row.iter().fold(0.0f32, |a, &v| {
+                if a.is_nan() || v.is_nan() {
+                    f32::NAN
+                } else {
+                    a.max(v.abs())
+                }
+            });
+            let (f, i) = pow2_scale(amax);
+            inv.push((s * PACK_SCALE_STRIDE as usize + t, i));
+            for (j, &v) in row.iter().enumerate() {
+                let (c, x) = (c0 + j / TILE_K, j % TILE_K);
+                let (w, h) = word_of(c as u32, m as u32, t as u32, x as u32);
+                words[w as usize] |= (f16::from_f32(v * f).to_bits() as u32) << (16 * h);
+            }
+        }
+    }
+    mem.write(to.0, words.len() * 4)?
+        .copy_from_slice(bytemuck::cast_slice(&words));
+    for (slot, i) in inv {
+        mem.write(to.1 + slot as u64 * 4, 4)?
+            .copy_from_slice(&i.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// The activations of a `source::PACKED` GEMV (`act0` packed, `act1` scales) as f64
+/// `[m][k]`: each f16 value times its split's inverse scale.
+fn packed_activations(mem: &Memory, p: &GemvParams) -> Result<Vec<f64>> {
+    let (k, m, cps) = (p.k as usize, p.m as usize, p.chunks_per_split as usize);
+    let words: Vec<u32> = bytemuck::allocation::pod_collect_to_vec(mem.read(p.act0, m * k * 2)?);
+    let splits = (k / TILE_K).div_ceil(cps);
+    let scales = f32s(mem, p.act1, splits * PACK_SCALE_STRIDE as usize)?;
+    let mut out = vec![0.0f64; m * k];
+    for t in 0..m {
+        for col in 0..k {
+            let (c, x) = (col / TILE_K, col % TILE_K);
+            let (w, h) = word_of(c as u32, m as u32, t as u32, x as u32);
+            let v = f16::from_bits((words[w as usize] >> (16 * h)) as u16).to_f64();
+            out[t * k + col] = v * scales[(c / cps) * PACK_SCALE_STRIDE as usize + t] as f64;
+        }
+    }
+    Ok(out)
 }
 
 /// `len` activations as f64, from `src` (one of `source::*`) over `act0` (and `act1`).
@@ -243,8 +347,9 @@ fn add_lora(
 /// computes the product without splitting K: the grid is (row groups, splits), the splits
 /// cover every 64-column chunk, the dynamic shared memory holds one split's staged activations,
 /// and with `splits > 1` the split-K workspace (`[splits][2][m][n]` f32) and the row groups'
-/// counters lie inside allocations. A plan or a scratch size that would make the GPU skip
-/// columns or write out of bounds fails here, on the CPU, with a clear error.
+/// counters lie inside allocations. A packed input (`source::PACKED`) or output (`pack_out`)
+/// only on a single-projection launch, never both. A plan or a scratch size that would make
+/// the GPU skip columns or write out of bounds fails here, on the CPU, with a clear error.
 fn gemv_schedule(mem: &Memory, l: &Launch, p: &GemvParams) -> Result<()> {
     let (n, k, m) = (p.n, p.k, p.m);
     let k_tiles = k / TILE_K as u32;
@@ -262,12 +367,20 @@ fn gemv_schedule(mem: &Memory, l: &Launch, p: &GemvParams) -> Result<()> {
             p.splits, p.chunks_per_split
         ));
     }
-    if l.smem < gemv_smem_bytes(m, p.chunks_per_split) {
+    let packed = p.source == source::PACKED;
+    let smem = if packed {
+        GEMV_SMEM_HEADER
+    } else {
+        gemv_smem_bytes(m, p.chunks_per_split)
+    };
+    if l.smem < smem {
         return bad(format!(
-            "{} bytes of shared memory, the staging needs {}",
-            l.smem,
-            gemv_smem_bytes(m, p.chunks_per_split)
+            "{} bytes of shared memory, the staging needs {smem}",
+            l.smem
         ));
+    }
+    if (packed || p.pack_out != 0) && (p.w1 != 0 || (packed && p.pack_out != 0)) {
+        return bad("a packed input or output needs a single-projection staged launch".into());
     }
     if p.splits > 1 {
         let ws = p.splits as usize * 2 * m as usize * n as usize * 4;
@@ -291,7 +404,16 @@ fn gemv(mem: &mut Memory, p: &GemvParams, format: Format) -> Result<()> {
             p.splits
         )));
     }
-    let act = activations(mem, p.source, p.act0, p.act1, m * k)?;
+    let act = if p.source == source::PACKED {
+        packed_activations(mem, p)?
+    } else {
+        activations(mem, p.source, p.act0, p.act1, m * k)?
+    };
+    if p.pack_out != 0 {
+        let staged: Vec<f32> = act.iter().map(|&v| v as f32).collect();
+        let cps = p.chunks_per_split as usize;
+        pack_into(mem, (p.pack_out, p.pack_scales), m, k, cps, &staged)?;
+    }
     let projs: &[(u64, u64, f32, u64, u64)] = &[
         (p.w0, p.s0, p.gscale0, p.out0, p.lora_b0),
         (p.w1, p.s1, p.gscale1, p.out1, p.lora_b1),

@@ -1,9 +1,11 @@
 //! Per-caller scratch and output buffers.
-use super::plan::{GemvPlan, MAX_RESIDENT_BLOCKS};
+use super::plan::{GemvPlan, Staging, MAX_RESIDENT_BLOCKS};
 use super::DenseFfnLayer;
 use crate::backend::DevicePtr;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
+use denseffn_device::formats::nvfp4::TILE_K;
+use denseffn_device::params::{pack_bytes, pack_scale_bytes};
 
 /// Most tokens one GEMV launch carries (the B operand's 8 columns).
 pub const MAX_GEMV_TOKENS: usize = 8;
@@ -19,7 +21,10 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them);
-/// LoRA scratch (`lora_shrink`'s results f32 `[3][tokens][rank]` for up to 8 tokens at any
+/// `forward_km`'s packed activations (`source::PACKED`: f16 `[8][max(hidden, intermediate)]`
+/// and an f32 scale per token slot and K split; the gate GEMV leaves the staged input there for
+/// up, then the packer the activation for down, in stream order); LoRA scratch
+/// (`lora_shrink`'s results f32 `[3][tokens][rank]` for up to 8 tokens at any
 /// rank — and for `max_tokens` at the layer's LoRA rank when it has one at creation — its
 /// split-K partials, 128 KiB, and counters); and
 /// when the layer has the `q4k_mmq` arm enabled, its int8 scratch: `max_tokens · max(h, i)` code
@@ -37,6 +42,8 @@ pub struct ForwardContext {
     pub(crate) prefill_act: DeviceBuffer,
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
+    pub(crate) pack: DeviceBuffer,
+    pub(crate) pack_scales: DeviceBuffer,
     pub(crate) lora: super::lora::LoraScratch,
     /// The `q4k_mmq` / `nvfp4_mmq` arms' activation scratch (when the layer enabled an arm
     /// before this was made; the two arms never run at once, so they share it).
@@ -60,13 +67,19 @@ impl ForwardContext {
             for (n, k) in [(i, h), (h, i)] {
                 // The plan depends on the kernel's occupancy: size for every possible one.
                 for resident in 1..=MAX_RESIDENT_BLOCKS {
-                    let p = GemvPlan::new(n, k, m, sms, resident);
-                    ws = ws.max(p.workspace_elems(n, m));
-                    groups = groups.max(p.row_groups as usize);
+                    for staging in [Staging::Split, Staging::Packed] {
+                        let p = GemvPlan::new(n, k, m, sms, resident, staging);
+                        ws = ws.max(p.workspace_elems(n, m));
+                        groups = groups.max(p.row_groups as usize);
+                    }
                 }
             }
         }
         let act = MAX_GEMV_TOKENS * i * 4;
+        // A packed buffer's splits never exceed its chunks.
+        let widest = h.max(i) as u32;
+        let pack = pack_bytes(MAX_GEMV_TOKENS as u32, widest) as usize;
+        let pack_scales = pack_scale_bytes(widest.div_ceil(TILE_K as u32)) as usize;
         Ok(ForwardContext {
             max_tokens,
             hidden: h,
@@ -78,6 +91,8 @@ impl ForwardContext {
             prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
+            pack: DeviceBuffer::alloc(gpu, pack)?,
+            pack_scales: DeviceBuffer::alloc(gpu, pack_scales)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
             mmq: match (
                 layer.prefill_config().q4k_mmq,
@@ -110,6 +125,8 @@ impl ForwardContext {
             &self.prefill_act,
             &self.ws,
             &self.counters,
+            &self.pack,
+            &self.pack_scales,
         ]
         .iter()
         .map(|b| b.len())

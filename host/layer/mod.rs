@@ -26,11 +26,13 @@ pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
 use crate::backend::{DevicePtr, GpuBackend, Launch};
 use crate::error::{Error, Result};
+use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
-    gemv_smem_bytes, source, ElementwiseParams, GemvParams, ParamBlock, GEMV_THREADS,
+    source, ActPackParams, ElementwiseParams, GemvParams, ParamBlock, GEMV_THREADS,
+    PACK_SMEM_BYTES, PACK_THREADS,
 };
 use lora::LoraSlot;
-use plan::GemvPlan;
+use plan::{GemvPlan, Staging};
 use std::sync::Arc;
 
 /// Alignment in bytes every forward path requires of its input pointer: the prefill kernels read
@@ -58,8 +60,10 @@ pub mod kernels {
     pub const DOWN: &str = "gemv_nvfp4_down";
     /// `gelu_tanh(g)·u`.
     pub const GELU_MUL: &str = "gelu_mul";
-    /// `silu(g)·u`.
-    pub const SILU_MUL: &str = "silu_mul";
+    /// `gelu_tanh(g)·u`, packed for `forward_km`'s down GEMV (`source::PACKED`).
+    pub const GELU_MUL_PACK: &str = "gelu_mul_pack";
+    /// `silu(g)·u`, packed for `forward_km`'s down GEMV.
+    pub const SILU_MUL_PACK: &str = "silu_mul_pack";
     /// Dual GEMV (gate+up) for 2 tokens.
     pub const BATCH2_GATE_UP: &str = "gemv_batch2_nvfp4_gate_up";
     /// Dual GEMV (gate+up) for 3 tokens.
@@ -366,27 +370,27 @@ impl DenseFfnLayer {
         let set = self.kernel_set();
         let i = usize::from(k != 2);
         self.with_lora(
-            &[set.batch_gate_up[i], self.act_kernel()],
+            &[set.batch_gate_up[i], self.act_pack_kernel()],
             &[set.batch_down[i]],
         )
     }
 
-    /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches; the
-    /// batch8 kernel for m = 5..=8; with LoRA 6: a `lora_shrink` before gate and before down),
-    /// or the prefill arm's for a BF16 layer.
+    /// Kernels [`DenseFfnLayer::forward_km`] launches for `m` tokens, in order (4 launches:
+    /// gate, up, the activation packer, down; the batch8 kernel for m = 5..=8; with LoRA 6: a
+    /// `lora_shrink` before gate and before down), or the prefill arm's for a BF16 layer.
     pub fn km_kernels(&self, m: usize) -> Vec<&'static str> {
         if self.small_batch_via_prefill() {
             return self.prefill_kernels(m);
         }
         let set = self.kernel_set();
         let g = if m > 4 { set.batch8 } else { set.batchm };
-        self.with_lora(&[g, g, self.act_kernel()], &[g])
+        self.with_lora(&[g, g, self.act_pack_kernel()], &[g])
     }
 
-    fn act_kernel(&self) -> &'static str {
+    fn act_pack_kernel(&self) -> &'static str {
         match self.activation {
-            FfnActivation::Silu => kernels::SILU_MUL,
-            FfnActivation::Gelu => kernels::GELU_MUL,
+            FfnActivation::Silu => kernels::SILU_MUL_PACK,
+            FfnActivation::Gelu => kernels::GELU_MUL_PACK,
         }
     }
 
@@ -430,8 +434,7 @@ impl DenseFfnLayer {
         let mut gu = self.gate_up_params(&r, input, k, ctx);
         self.lora_gemv(&mut gu, LoraSlot::Gate, k, ctx);
         self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream, true)?;
-        self.launch_act(k, ctx, stream)?;
-        self.launch_down_f32(&r, r.set.batch_down[i], k, ctx, stream)?;
+        self.launch_act_down(&r, r.set.batch_down[i], k, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
 
@@ -471,23 +474,27 @@ impl DenseFfnLayer {
         self.require(&self.km_kernels(m))?;
         let r = self.route()?;
         let g = if m > 4 { r.set.batch8 } else { r.set.batchm };
+        let (pack, scales) = (ctx.pack.ptr().0, ctx.pack_scales.ptr().0);
         self.lora_shrink_gate_up(input, m, ctx, stream)?;
-        for (w, out, slot) in [
-            (&r.gate, ctx.g.ptr(), LoraSlot::Gate),
-            (&r.up, ctx.u.ptr(), LoraSlot::Up),
-        ] {
-            let mut p = self.gemv_params(w, input, out, m, ctx);
-            self.lora_gemv(&mut p, slot, m, ctx);
-            self.launch_gemv(g, &mut p, stream, slot == LoraSlot::Gate)?;
-        }
-        self.launch_act(m, ctx, stream)?;
-        self.launch_down_f32(&r, g, m, ctx, stream)?;
+        // Gate stages the input and leaves the staged copy for up, which reads it with the
+        // same K splits (same shape, same plan) instead of staging again.
+        let mut gate = self.gemv_params(&r.gate, input, ctx.g.ptr(), m, ctx);
+        (gate.pack_out, gate.pack_scales) = (pack, scales);
+        self.lora_gemv(&mut gate, LoraSlot::Gate, m, ctx);
+        let plan = self.gemv_plan(g, &gate);
+        self.launch_planned(g, &plan, &mut gate, stream, true)?;
+        let mut up = self.gemv_params(&r.up, DevicePtr(pack), ctx.u.ptr(), m, ctx);
+        (up.source, up.act1) = (source::PACKED, scales);
+        self.lora_gemv(&mut up, LoraSlot::Up, m, ctx);
+        self.launch_planned(g, &plan, &mut up, stream, false)?;
+        self.launch_act_down(&r, g, m, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
 
-    /// The down GEMV over the activated f32 `a` (`m` tokens, bf16 out), after LoRA's shrink of
-    /// down when installed.
-    fn launch_down_f32(
+    /// The verify paths' second half over f32 g and u: the packer writes act(g)·u in the form
+    /// the down GEMV `kernel` reads (`source::PACKED`, for down's own K splits, which only the
+    /// wave model bounds), then LoRA's shrink of down when installed, then down (bf16 out).
+    fn launch_act_down(
         &self,
         r: &Route,
         kernel: &'static str,
@@ -495,13 +502,51 @@ impl DenseFfnLayer {
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
+        let (pack, scales) = (ctx.pack.ptr(), ctx.pack_scales.ptr().0);
+        let mut down = self.gemv_params(&r.down, pack, ctx.out.ptr(), m, ctx);
+        (down.source, down.act1, down.out_bf16) = (source::PACKED, scales, 1);
+        let plan = self.gemv_plan(kernel, &down);
+        self.launch_act_pack(m, plan.chunks_per_split, ctx, stream)?;
         let a = ctx.a.ptr();
         self.lora_shrink_down((source::F32, a, DevicePtr::NULL), m, ctx, stream)?;
-        let mut down = self.gemv_params(&r.down, a, ctx.out.ptr(), m, ctx);
-        down.source = source::F32;
-        down.out_bf16 = 1;
         self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
-        self.launch_gemv(kernel, &mut down, stream, true)
+        self.launch_planned(kernel, &plan, &mut down, stream, true)
+    }
+
+    /// `act(g)·u` over `m` tokens as a packed buffer for a down GEMV with `chunks_per_split`
+    /// chunks per K split (and as f32 `a` when LoRA's shrink of down reads it).
+    fn launch_act_pack(
+        &self,
+        m: usize,
+        chunks_per_split: u32,
+        ctx: &ForwardContext,
+        stream: u64,
+    ) -> Result<()> {
+        let k = self.intermediate() as u32;
+        let p = ActPackParams {
+            g: ctx.g.ptr().0,
+            u: ctx.u.ptr().0,
+            out: if self.lora.is_some() {
+                ctx.a.ptr().0
+            } else {
+                0
+            },
+            packed: ctx.pack.ptr().0,
+            scales: ctx.pack_scales.ptr().0,
+            k,
+            m: m as u32,
+            chunks_per_split,
+            _pad: 0,
+        };
+        let splits = (k / TILE_K as u32).div_ceil(chunks_per_split);
+        let l = Launch {
+            kernel: self.act_pack_kernel(),
+            grid: (splits, m as u32, 1),
+            block: (PACK_THREADS, 1, 1),
+            smem: PACK_SMEM_BYTES,
+            params: p.as_bytes(),
+        };
+        self.gpu.launch(&l, stream)
     }
 
     /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
@@ -556,24 +601,43 @@ impl DenseFfnLayer {
         stream: u64,
         after_shrink: bool,
     ) -> Result<()> {
+        let plan = self.gemv_plan(kernel, p);
+        self.launch_planned(kernel, &plan, p, stream, after_shrink)
+    }
+
+    /// The K splits of GEMV `kernel` over `p`'s shape and source: planned for the kernel's
+    /// register-limited occupancy, then again if the plan's shared memory lowers it.
+    fn gemv_plan(&self, kernel: &'static str, p: &GemvParams) -> GemvPlan {
         let (n, k, m, sms) = (
             p.n as usize,
             p.k as usize,
             p.m as usize,
             self.gpu.sm_count(),
         );
-        // Plan for the kernel's register-limited occupancy, then again if the plan's shared
-        // memory lowers it.
+        let staging = Staging::of_source(p.source);
         let resident = self.gpu.resident_blocks(kernel, GEMV_THREADS, 0);
-        let mut plan = GemvPlan::new(n, k, m, sms, resident);
+        let mut plan = GemvPlan::new(n, k, m, sms, resident, staging);
         let with_smem = self.gpu.resident_blocks(
             kernel,
             GEMV_THREADS,
-            gemv_smem_bytes(p.m, plan.chunks_per_split),
+            staging.smem_bytes(p.m, plan.chunks_per_split),
         );
         if with_smem < resident {
-            plan = GemvPlan::new(n, k, m, sms, with_smem);
+            plan = GemvPlan::new(n, k, m, sms, with_smem, staging);
         }
+        plan
+    }
+
+    /// Launches GEMV `kernel` over `p` with `plan` (as the programmatic dependent of a LoRA
+    /// shrink when `after_shrink` and LoRA is on).
+    fn launch_planned(
+        &self,
+        kernel: &'static str,
+        plan: &GemvPlan,
+        p: &mut GemvParams,
+        stream: u64,
+        after_shrink: bool,
+    ) -> Result<()> {
         let dependent = after_shrink && p.lora_rank != 0;
         let launch = plan.launch(kernel, p);
         if dependent {
@@ -583,8 +647,9 @@ impl DenseFfnLayer {
         }
     }
 
-    /// `a = act(g)·u` over `m` tokens.
-    fn launch_act(&self, m: usize, ctx: &ForwardContext, stream: u64) -> Result<()> {
+    /// `a = gelu_tanh(g)·u` over `m` tokens (`forward` of a GELU layer; SiLU is fused into
+    /// its down GEMV).
+    fn launch_gelu_mul(&self, m: usize, ctx: &ForwardContext, stream: u64) -> Result<()> {
         let len = (m * self.intermediate()) as u32;
         let ew = ElementwiseParams {
             g: ctx.g.ptr().0,
@@ -594,7 +659,7 @@ impl DenseFfnLayer {
             _pad: 0,
         };
         let l = Launch {
-            kernel: self.act_kernel(),
+            kernel: kernels::GELU_MUL,
             grid: (len.div_ceil(1024), 1, 1),
             block: (256, 1, 1),
             smem: 0,
@@ -626,7 +691,7 @@ impl DenseFfnLayer {
                 r.set.silu_down
             }
             FfnActivation::Gelu => {
-                self.launch_act(m, ctx, stream)?;
+                self.launch_gelu_mul(m, ctx, stream)?;
                 down.act0 = ctx.a.ptr().0;
                 down.source = source::F32;
                 r.set.down

@@ -2,7 +2,7 @@
 use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
-    gemv_smem_bytes, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER,
+    gemv_smem_bytes, source, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER,
     GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
 };
 
@@ -25,11 +25,43 @@ fn blocks_per_sm_override() -> Option<u32> {
 /// scratch sizing plans for.
 pub const MAX_RESIDENT_BLOCKS: u32 = 2048 / GEMV_THREADS;
 
-/// The fixed cost of one block (staging its activations, the epilogue) in units of one
-/// 64-column chunk of streaming, for `m` tokens: the planner's model of what an extra split
-/// costs.
-fn block_overhead_chunks(m: u32) -> u32 {
-    2 + m.div_ceil(2)
+/// Where a GEMV launch's B fragments come from, which decides what bounds its K splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// Each block stages its split into shared memory first: the shared memory grows with
+    /// m × split, and the staging is a prologue whose cost grows with m.
+    Split,
+    /// Read from a [`source::PACKED`] buffer an earlier launch made: only the fixed header
+    /// of shared memory, no prologue.
+    Packed,
+}
+
+impl Staging {
+    /// The staging of a launch reading `src` (one of `source::*`).
+    pub fn of_source(src: u32) -> Staging {
+        if src == source::PACKED {
+            Staging::Packed
+        } else {
+            Staging::Split
+        }
+    }
+
+    /// The fixed cost of one block (its staging, the epilogue) in units of one 64-column
+    /// chunk of streaming, for `m` tokens: the planner's model of what an extra split costs.
+    fn block_overhead_chunks(self, m: u32) -> u32 {
+        match self {
+            Staging::Split => 2 + m.div_ceil(2),
+            Staging::Packed => 2,
+        }
+    }
+
+    /// Dynamic shared memory of one block for `m` tokens and `chunks_per_split`.
+    pub fn smem_bytes(self, m: u32, chunks_per_split: u32) -> u32 {
+        match self {
+            Staging::Split => gemv_smem_bytes(m, chunks_per_split),
+            Staging::Packed => GEMV_SMEM_HEADER,
+        }
+    }
 }
 
 /// The schedule of one GEMV launch.
@@ -44,23 +76,35 @@ pub struct GemvPlan {
 }
 
 impl GemvPlan {
-    /// Plans `out[m][n] = W[n][k]·act[m][k]` for a kernel of which `resident` blocks fit one of
-    /// `sm_count` SMs. Of the K splits whose staged activations fit the shared-memory budget,
-    /// it takes the one with the least modelled time: whole waves of blocks
-    /// (`⌈blocks / (resident · sm_count)⌉`) × each block's chunks plus its fixed cost
-    /// ([`block_overhead_chunks`]); a partial last wave costs a whole one, so the plan fills
-    /// the machine evenly. Ties go to fewer splits (less staging and split-K traffic).
-    pub fn new(n: usize, k: usize, m: usize, sm_count: u32, resident: u32) -> Self {
+    /// Plans `out[m][n] = W[n][k]·act[m][k]` for a kernel with `staging` of which `resident`
+    /// blocks fit one of `sm_count` SMs. Of the K splits whose staged activations fit the
+    /// shared-memory budget (any split for [`Staging::Packed`]), it takes the one with the
+    /// least modelled time: whole waves of blocks (`⌈blocks / (resident · sm_count)⌉`) × each
+    /// block's chunks plus its fixed cost ([`Staging::block_overhead_chunks`]); a partial
+    /// last wave costs a whole one, so the plan fills the machine evenly. Ties go to fewer
+    /// splits (less staging and split-K traffic).
+    pub fn new(
+        n: usize,
+        k: usize,
+        m: usize,
+        sm_count: u32,
+        resident: u32,
+        staging: Staging,
+    ) -> Self {
         let (n, k_tiles, m) = (n as u32, ((k / TILE_K) as u32).max(1), m as u32);
         let row_groups = n.div_ceil(GEMV_ROWS_PER_BLOCK).max(1);
         let resident = blocks_per_sm_override().unwrap_or(resident).max(1);
         let slots = (resident * sm_count.max(1)).max(1);
-        let max_chunks =
-            ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * GEMV_SMEM_PER_TOKEN_CHUNK)).max(1);
+        let max_chunks = match staging {
+            Staging::Split => {
+                ((GEMV_SMEM_BUDGET - GEMV_SMEM_HEADER) / (m * GEMV_SMEM_PER_TOKEN_CHUNK)).max(1)
+            }
+            Staging::Packed => k_tiles,
+        };
         let min_splits = k_tiles.div_ceil(max_chunks).min(k_tiles);
         // Beyond 8 waves more splits only add staging.
         let max_splits = (8 * slots).div_ceil(row_groups).clamp(min_splits, k_tiles);
-        let overhead = block_overhead_chunks(m) as u64;
+        let overhead = staging.block_overhead_chunks(m) as u64;
         let mut best: Option<(u64, GemvPlan)> = None;
         for s in min_splits..=max_splits {
             let chunks_per_split = k_tiles.div_ceil(s);
@@ -92,7 +136,8 @@ impl GemvPlan {
         }
     }
 
-    /// Fills the schedule fields of `p` and returns the launch.
+    /// Fills the schedule fields of `p` and returns the launch (its shared memory as
+    /// `p.source` needs).
     pub fn launch<'a>(&self, kernel: &'static str, p: &'a mut GemvParams) -> Launch<'a> {
         p.splits = self.splits;
         p.chunks_per_split = self.chunks_per_split;
@@ -100,7 +145,7 @@ impl GemvPlan {
             kernel,
             grid: (self.row_groups, self.splits, 1),
             block: (GEMV_THREADS, 1, 1),
-            smem: gemv_smem_bytes(p.m, self.chunks_per_split),
+            smem: Staging::of_source(p.source).smem_bytes(p.m, self.chunks_per_split),
             params: p.as_bytes(),
         }
     }
@@ -122,7 +167,7 @@ mod tests {
         ] {
             for m in 1..=8 {
                 for resident in 1..=MAX_RESIDENT_BLOCKS {
-                    let p = GemvPlan::new(n, k, m, 132, resident);
+                    let p = GemvPlan::new(n, k, m, 132, resident, Staging::Split);
                     let k_tiles = (k / 64) as u32;
                     assert!(p.splits >= 1 && p.chunks_per_split >= 1);
                     assert!(
@@ -149,15 +194,15 @@ mod tests {
     /// the model than 3 splits' 1.7 waves of 43 chunks.
     #[test]
     fn plans_fill_whole_waves() {
-        let down = GemvPlan::new(8192, 28672, 1, 132, 4);
+        let down = GemvPlan::new(8192, 28672, 1, 132, 4, Staging::Split);
         assert_eq!((down.splits, down.chunks_per_split), (8, 56));
         assert!(down.row_groups * down.splits <= 4 * 132);
-        let gate_up = GemvPlan::new(28672, 8192, 1, 132, 3);
+        let gate_up = GemvPlan::new(28672, 8192, 1, 132, 3, Staging::Split);
         assert_eq!((gate_up.splits, gate_up.chunks_per_split), (5, 26));
         // More resident blocks per SM never make the plan use fewer splits than one wave
         // needs to cover the machine.
         for resident in 1..=MAX_RESIDENT_BLOCKS {
-            let p = GemvPlan::new(4096, 14336, 1, 132, resident);
+            let p = GemvPlan::new(4096, 14336, 1, 132, resident, Staging::Split);
             let blocks = p.row_groups * p.splits;
             assert!(
                 blocks * 10 >= 8 * resident * 132 || p.splits == 224,
@@ -166,10 +211,32 @@ mod tests {
         }
     }
 
+    /// At m = 8 the staged kernels' shared memory (8 tokens × 144 bytes per chunk, 48 KB
+    /// budget: 42 chunks) forces 70B down into at least 11 splits; a packed launch's shared
+    /// memory is fixed, so its splits follow the wave model alone, and every packed plan
+    /// still covers K without an empty split.
+    #[test]
+    fn packed_plans_are_not_bounded_by_shared_memory() {
+        let split = GemvPlan::new(8192, 28672, 8, 132, 3, Staging::Split);
+        assert!(split.splits >= 11, "{split:?}");
+        let packed = GemvPlan::new(8192, 28672, 8, 132, 3, Staging::Packed);
+        assert!(packed.splits < split.splits, "{packed:?} vs {split:?}");
+        for m in 1..=8 {
+            for resident in 1..=MAX_RESIDENT_BLOCKS {
+                let p = GemvPlan::new(4096, 14336, m, 132, resident, Staging::Packed);
+                assert!(p.splits * p.chunks_per_split >= 224, "{p:?}");
+                assert!((p.splits - 1) * p.chunks_per_split < 224, "{p:?}");
+            }
+        }
+        assert_eq!(Staging::of_source(source::PACKED), Staging::Packed);
+        assert_eq!(Staging::of_source(source::BF16), Staging::Split);
+        assert_eq!(Staging::Packed.smem_bytes(8, 100), GEMV_SMEM_HEADER);
+    }
+
     /// A tiny matrix (fewer row groups and chunks than SMs) still gets a valid plan.
     #[test]
     fn tiny_matrices_plan() {
-        let p = GemvPlan::new(16, 64, 8, 132, 8);
+        let p = GemvPlan::new(16, 64, 8, 132, 8, Staging::Packed);
         assert_eq!((p.splits, p.chunks_per_split, p.row_groups), (1, 1, 1));
     }
 }

@@ -20,20 +20,31 @@ pub struct HostLayer {
 impl HostLayer {
     /// Quantized from Gaussian f32 (small shapes: exercises the quantizer too).
     pub fn quantized(hidden: usize, inter: usize, seed: u64) -> Self {
+        Self::quantized_rows(hidden, inter, seed, |_| 1.0)
+    }
+
+    /// As [`HostLayer::quantized`], with each gate and up row scaled by [`graded`] of its
+    /// index: the activation down reads changes magnitude every 64 columns.
+    pub fn quantized_graded(hidden: usize, inter: usize, seed: u64) -> Self {
+        Self::quantized_rows(hidden, inter, seed, graded)
+    }
+
+    fn quantized_rows(hidden: usize, inter: usize, seed: u64, row_scale: fn(usize) -> f32) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let mut q = |r, c, s: f32| {
+        let mut q = |r, c, s: f32, rows: fn(usize) -> f32| {
             let w: Vec<f32> = random_activations(r * c, &mut rng)
                 .into_iter()
-                .map(|v| v * s)
+                .enumerate()
+                .map(|(i, v)| v * s * rows(i / c))
                 .collect();
             Nvfp4Host::quantize(&w, r, c).unwrap()
         };
         HostLayer {
             hidden,
             inter,
-            gate: q(inter, hidden, 0.05),
-            up: q(inter, hidden, 0.05),
-            down: q(hidden, inter, 0.03),
+            gate: q(inter, hidden, 0.05, row_scale),
+            up: q(inter, hidden, 0.05, row_scale),
+            down: q(hidden, inter, 0.03, |_| 1.0),
         }
     }
 
@@ -169,6 +180,33 @@ pub fn download_bf16(gpu: &Arc<dyn GpuBackend>, p: DevicePtr, n: usize) -> Vec<f
 /// Seeded N(0,1) bf16-representable activations.
 pub fn activations(len: usize, seed: u64) -> Vec<f32> {
     random_activations(len, &mut SmallRng::seed_from_u64(seed))
+}
+
+/// `2^((i / 64) % 9 − 4)`: a factor over 2^-4..2^4 that changes every 64 indices, so
+/// neighbouring K chunks (and K splits) of a GEMV differ in magnitude: a kernel that applied
+/// one split's activation scale to another's values would be off by powers of two.
+pub fn graded(i: usize) -> f32 {
+    (((i / 64) % 9) as f32 - 4.0).exp2()
+}
+
+/// The verify paths (path name for [`path_output`], tokens) the graded-magnitude tests run:
+/// km on both sides of the batchm/batch8 switch, k2 and k3.
+pub const GRADED_PATHS: &[(&str, usize)] = &[
+    ("km", 1),
+    ("km", 4),
+    ("km", 5),
+    ("km", 8),
+    ("k2", 2),
+    ("k3", 3),
+];
+
+/// [`activations`] `[len / k][k]` with column `c` of every row scaled by [`graded`]`(c)`.
+pub fn graded_activations(len: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut x = activations(len, seed);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v *= graded(i % k);
+    }
+    x
 }
 
 /// Host copies of one overlay's weights (random, from Gaussian f32), and their exact values.

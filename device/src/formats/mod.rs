@@ -4,6 +4,7 @@ pub mod e2m1;
 pub mod e4m3;
 pub mod nvfp4;
 pub mod nvfp4_mmq;
+pub mod packed;
 pub mod q2_0;
 pub mod q4k;
 pub mod q4k_mmq;

@@ -29,9 +29,3 @@ unsafe fn apply(p: &ElementwiseParams, f: impl Fn(f32) -> f32) {
 pub unsafe extern "ptx-kernel" fn gelu_mul(p: ElementwiseParams) {
     apply(&p, gelu_tanh)
 }
-
-/// `out = silu(g) * u`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn silu_mul(p: ElementwiseParams) {
-    apply(&p, super::gemv::silu)
-}

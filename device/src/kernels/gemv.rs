@@ -11,11 +11,19 @@
 //! Activations are staged per block into shared memory as f16 scaled by a power of two per
 //! token (so bf16 inputs convert exactly and nothing overflows), already in B-fragment order. Split-K partials are summed by
 //! the last block of each row group in a fixed order (deterministic).
+//!
+//! A launch with a [`source::PACKED`] input skips the staging: an earlier launch left the
+//! activations in global memory in exactly the staged form (the row-group-0 blocks of a launch
+//! with `pack_out` set, or `silu_mul_pack`/`gelu_mul_pack`), and each lane reads its B fragments from
+//! there (32 bytes per token and chunk, served by L1 as the warps of a block share them): no
+//! prologue, no barrier, and no shared memory that grows with m × split.
 use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
+use crate::formats::packed::pow2_scale;
 use crate::params::{
     source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS, GEMV_TOKEN_WORDS,
+    PACK_SCALE_STRIDE, PACK_TOKEN_WORDS,
 };
 
 const WARPS: u32 = GEMV_THREADS / 32;
@@ -84,23 +92,6 @@ unsafe fn act8<const SRC: u32>(act0: u64, act1: u64, idx: usize) -> [f32; 8] {
     v
 }
 
-/// Power of two that brings `amax` into [2^14, 2^15): (factor, 1/factor). NaN/Inf/0 are safe.
-#[inline(always)]
-fn pow2_scale(amax: f32) -> (f32, f32) {
-    let e = (amax.to_bits() >> 23) & 0xFF;
-    let e = if e < 20 {
-        20
-    } else if e > 254 {
-        254
-    } else {
-        e
-    };
-    (
-        f32::from_bits((268 - e) << 23),
-        f32::from_bits((e - 14) << 23),
-    )
-}
-
 /// Stages this block's split of the activations into shared memory (f16, B-fragment order) and
 /// the per-token inverse scales into the header. Two passes over global memory: the first finds
 /// each token's maximum, the second (served mostly by L1) scales, packs and stores; no raw copy
@@ -164,6 +155,28 @@ unsafe fn stage_pack<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) 
     sync_threads();
 }
 
+/// Copies this block's staged split (shared memory, [`GEMV_TOKEN_WORDS`] per token and chunk)
+/// to `p.pack_out` as a [`source::PACKED`] buffer, and its per-token inverse scales to
+/// `p.pack_scales` at this split's slot. Runs after [`stage_pack`]'s barrier.
+#[inline(always)]
+unsafe fn write_pack(p: &GemvParams, chunk0: u32, nchunks: u32) {
+    let smem = Smem::base();
+    let vecs = nchunks * p.m * (PACK_TOKEN_WORDS / 4);
+    let mut i = thread_x();
+    while i < vecs {
+        let (row, v) = (i / (PACK_TOKEN_WORDS / 4), i % (PACK_TOKEN_WORDS / 4));
+        let from = smem.add(GEMV_SMEM_HEADER + (row * GEMV_TOKEN_WORDS + 4 * v) * 4);
+        let word = (chunk0 * p.m + row) * PACK_TOKEN_WORDS + 4 * v;
+        st_global_v4((p.pack_out as *mut u8).add(word as usize * 4), from.ld_v4());
+        i += GEMV_THREADS;
+    }
+    let t = thread_x();
+    if t < p.m {
+        let inv = smem.add(SCALES_AT + t * 4).ld_f32();
+        *(p.pack_scales as *mut f32).add((block_y() * PACK_SCALE_STRIDE + t) as usize) = inv;
+    }
+}
+
 /// [`stage_amax`] for the launch's source.
 #[inline(always)]
 unsafe fn stage_amax_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
@@ -181,6 +194,33 @@ unsafe fn stage_pack_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
         source::BF16 => stage_pack::<{ source::BF16 }>(p, chunk0, nchunks),
         source::SILU_F32 => stage_pack::<{ source::SILU_F32 }>(p, chunk0, nchunks),
         _ => stage_pack::<{ source::F32 }>(p, chunk0, nchunks),
+    }
+}
+
+/// Loads the 8 B-fragment words of absolute chunk `c` for this lane from a
+/// [`source::PACKED`] buffer (zeros for tokens ≥ m).
+#[inline(always)]
+unsafe fn load_x_packed(p: &GemvParams, c: u32) -> [u32; 8] {
+    let (g, tq) = (lane() / 4, lane() % 4);
+    if g < p.m {
+        let word = (c * p.m + g) * PACK_TOKEN_WORDS + tq * 8;
+        let at = (p.act0 as *const u8).add(word as usize * 4);
+        let a = ld_nc_v4(at);
+        let b = ld_nc_v4(at.add(16));
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    } else {
+        [0; 8]
+    }
+}
+
+/// The inverse scale of token `t` for this block's split: from the staging header, or from
+/// the [`source::PACKED`] scale buffer.
+#[inline(always)]
+unsafe fn inv_scale<const PACKED: bool>(p: &GemvParams, t: u32) -> f32 {
+    if PACKED {
+        *(p.act1 as *const f32).add((block_y() * PACK_SCALE_STRIDE + t) as usize)
+    } else {
+        Smem::base().add(SCALES_AT + t * 4).ld_f32()
     }
 }
 
@@ -210,9 +250,19 @@ unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
     }
 }
 
-/// The whole GEMV; `DUAL` reads projection 1 too.
+/// The whole GEMV; `DUAL` reads projection 1 too. A single-projection launch with a
+/// [`source::PACKED`] input runs the body without staging (the dual kernels only stage).
 #[inline(always)]
 pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
+    if !DUAL && p.source == source::PACKED {
+        gemv_body::<T, false, true>(p)
+    } else {
+        gemv_body::<T, DUAL, false>(p)
+    }
+}
+
+#[inline(always)]
+unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvParams) {
     let split = block_y();
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
@@ -252,20 +302,31 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
             });
         }
     };
-    stage_amax_any(p, chunk0, nchunks);
-    if !DUAL {
+    if PACKED {
         preload(&mut l);
-    }
-    stage_pack_any(p, chunk0, nchunks);
-    if DUAL {
-        preload(&mut l);
+    } else {
+        stage_amax_any(p, chunk0, nchunks);
+        if !DUAL {
+            preload(&mut l);
+        }
+        stage_pack_any(p, chunk0, nchunks);
+        if DUAL {
+            preload(&mut l);
+        }
+        if !DUAL && p.pack_out != 0 && block_x() == 0 {
+            write_pack(p, chunk0, nchunks);
+        }
     }
 
     let mut acc0 = [0.0f32; 4];
     let mut acc1 = [0.0f32; 4];
     if live {
         let mut use_chunk = |c: u32, l: &(T::Lane, T::Lane)| {
-            let x = load_x(p, c);
+            let x = if PACKED {
+                load_x_packed(p, chunk0 + c)
+            } else {
+                load_x(p, c)
+            };
             chunk::<T>(&mut acc0, &l.0, &x);
             if DUAL {
                 chunk::<T>(&mut acc1, &l.1, &x);
@@ -287,9 +348,9 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
             c += depth;
         }
     }
-    epilogue(p, 0, rt, &acc0, T::FACTOR);
+    epilogue::<PACKED>(p, 0, rt, &acc0, T::FACTOR);
     if DUAL {
-        epilogue(p, 1, rt, &acc1, T::FACTOR);
+        epilogue::<PACKED>(p, 1, rt, &acc1, T::FACTOR);
     }
     if p.splits > 1 {
         reduce_splits(p, if DUAL { 2 } else { 1 });
@@ -300,13 +361,18 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
 /// one split, else to the split's partial slot. With LoRA (`lora_rank != 0`) the last split adds
 /// the tile's `B·ax` delta ([`super::lora::gemv_delta`]) first, so it is summed exactly once.
 #[inline(always)]
-unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4], factor: f32) {
+unsafe fn epilogue<const PACKED: bool>(
+    p: &GemvParams,
+    proj: u32,
+    rt: u32,
+    acc: &[f32; 4],
+    factor: f32,
+) {
     if rt >= p.n / TILE_ROWS as u32 {
         return;
     }
     let (g, tq) = (lane() / 4, lane() % 4);
     let gscale = if proj == 0 { p.gscale0 } else { p.gscale1 };
-    let smem = Smem::base();
     let lora = super::lora::gemv_delta(p, proj, rt);
     for (i, &v) in acc.iter().enumerate() {
         let t = 2 * tq + (i as u32 & 1);
@@ -314,7 +380,7 @@ unsafe fn epilogue(p: &GemvParams, proj: u32, rt: u32, acc: &[f32; 4], factor: f
             continue;
         }
         let row = rt * TILE_ROWS as u32 + g + if i >= 2 { 8 } else { 0 };
-        let mut y = v * smem.add(SCALES_AT + t * 4).ld_f32() * (factor * gscale);
+        let mut y = v * inv_scale::<PACKED>(p, t) * (factor * gscale);
         if p.lora_rank != 0 {
             y += lora[i];
         }

@@ -40,5 +40,6 @@ pub mod gemv;
 pub mod lora;
 pub mod mmq;
 pub mod nvfp4_mmq;
+pub mod pack;
 pub mod q8;
 pub mod tiles;
