@@ -188,6 +188,54 @@ fn verify_paths_track_magnitudes_that_change_along_k() {
     }
 }
 
+/// The decode and verify paths chain their kernels as programmatic dependents (each GEMV,
+/// packer or activation kernel may start while the one before it finishes, and waits for it
+/// before reading its output). Captured into a CUDA graph and replayed, and run ten times back
+/// to back without a synchronization, they give the bits of one direct call, SiLU and GELU.
+#[test]
+fn chained_paths_replayed_and_back_to_back_equal_direct_calls() {
+    use denseffn::backend::{DevicePtr, Graph, Stream};
+    use denseffn::layer::DenseFfnLayer;
+    let _memory = device_memory(false);
+    let Some(gpu) = cuda() else { return };
+    let (h, i) = if small() { (256, 512) } else { (4096, 14336) };
+    let host = HostLayer::random(h, i, 91);
+    let x = upload_bf16(&gpu, &activations(8 * h, 92));
+    let stream = Stream::new(&gpu).unwrap();
+    let s = stream.raw();
+    type Call = fn(&DenseFfnLayer, DevicePtr, &mut ForwardContext, u64) -> DevicePtr;
+    let calls: [(&str, usize, Call); 4] = [
+        ("forward", 1, |l, x, c, s| l.forward(x, c, s).unwrap()),
+        ("k2", 2, |l, x, c, s| l.forward_k2(x, c, s).unwrap()),
+        ("km(3)", 3, |l, x, c, s| l.forward_km(x, 3, c, s).unwrap()),
+        ("km(8)", 8, |l, x, c, s| l.forward_km(x, 8, c, s).unwrap()),
+    ];
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let layer = host.layer(&gpu, act);
+        let mut ctx = ForwardContext::new(&layer, 8).unwrap();
+        for (name, m, call) in calls {
+            let y = call(&layer, x, &mut ctx, s);
+            gpu.synchronize(s).unwrap();
+            let direct = download_bf16(&gpu, y, m * h);
+            assert!(direct.iter().all(|v| v.is_finite()), "{act:?} {name}");
+            gpu.memset(ctx.output(), 0xFF, 8 * h * 2).unwrap();
+            let (graph, y) = Graph::capture(&gpu, s, || Ok(call(&layer, x, &mut ctx, s))).unwrap();
+            graph.launch(s).unwrap();
+            gpu.synchronize(s).unwrap();
+            let replayed = download_bf16(&gpu, y, m * h);
+            assert_eq!(replayed, direct, "{act:?} {name}: graph replay differs");
+            gpu.memset(ctx.output(), 0xFF, 8 * h * 2).unwrap();
+            let mut y = y;
+            for _ in 0..10 {
+                y = call(&layer, x, &mut ctx, s);
+            }
+            gpu.synchronize(s).unwrap();
+            let again = download_bf16(&gpu, y, m * h);
+            assert_eq!(again, direct, "{act:?} {name}: back-to-back calls differ");
+        }
+    }
+}
+
 #[test]
 fn prefill_matches_cpu_reference_on_sampled_tokens() {
     let _memory = device_memory(false);

@@ -43,6 +43,13 @@ pub mod source {
     pub const PACKED: u32 = 3;
 }
 
+/// [`GemvParams::flags`] bit: the launch is the programmatic dependent of the kernel that
+/// writes its input (Hopper's programmatic dependent launch), so the kernel issues its first
+/// weight loads, then waits for that kernel (`griddepcontrol.wait`), then reads activations.
+/// Every GEMV lets its dependent start after its main loop (`griddepcontrol.launch_dependents`),
+/// so the next kernel's start-up and weight loads overlap this one's tail.
+pub const GEMV_WAIT_INPUT: u32 = 1;
+
 /// 32-bit words one token's 64 packed f16 values of a chunk take in a [`source::PACKED`]
 /// buffer: lane quad `tq` of the reading warp finds its 8 B-fragment words at `8·tq`.
 pub const PACK_TOKEN_WORDS: u32 = 32;
@@ -106,8 +113,8 @@ pub struct GemvParams {
     pub source: u32,
     /// 1: outputs are bf16; 0: f32.
     pub out_bf16: u32,
-    /// Padding to a multiple of 8 bytes.
-    pub _pad: u32,
+    /// [`GEMV_WAIT_INPUT`] or 0.
+    pub flags: u32,
     /// LoRA up-projection `B` of projection 0: bf16 `[n][lora_rank]`, row-major (0: none).
     pub lora_b0: u64,
     /// LoRA `B` of projection 1 (the dual kernel's second projection).

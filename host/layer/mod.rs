@@ -29,9 +29,21 @@ use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
     source, ActPackParams, ElementwiseParams, GemvParams, ParamBlock, GEMV_THREADS,
-    PACK_SMEM_BYTES, PACK_THREADS,
+    GEMV_WAIT_INPUT, PACK_SMEM_BYTES, PACK_THREADS,
 };
 use lora::LoraSlot;
+
+/// What the kernel launched just before a GEMV on the stream is to that GEMV, which decides
+/// whether it can start early (programmatic dependent launch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// A `lora_shrink` when LoRA is installed (the GEMV waits for `ax` only in its epilogue),
+    /// else whatever preceded the call: an ordinary launch.
+    MaybeShrink,
+    /// The kernel that writes this GEMV's activations: the GEMV issues its first weight loads,
+    /// then waits for it (`GEMV_WAIT_INPUT`).
+    Producer,
+}
 use plan::{GemvPlan, Staging};
 use std::sync::Arc;
 
@@ -433,7 +445,7 @@ impl DenseFfnLayer {
         self.lora_shrink_gate_up(input, k, ctx, stream)?;
         let mut gu = self.gate_up_params(&r, input, k, ctx);
         self.lora_gemv(&mut gu, LoraSlot::Gate, k, ctx);
-        self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream, true)?;
+        self.launch_gemv(r.set.batch_gate_up[i], &mut gu, stream, After::MaybeShrink)?;
         self.launch_act_down(&r, r.set.batch_down[i], k, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
@@ -482,11 +494,11 @@ impl DenseFfnLayer {
         (gate.pack_out, gate.pack_scales) = (pack, scales);
         self.lora_gemv(&mut gate, LoraSlot::Gate, m, ctx);
         let plan = self.gemv_plan(g, &gate);
-        self.launch_planned(g, &plan, &mut gate, stream, true)?;
+        self.launch_planned(g, &plan, &mut gate, stream, After::MaybeShrink)?;
         let mut up = self.gemv_params(&r.up, DevicePtr(pack), ctx.u.ptr(), m, ctx);
         (up.source, up.act1) = (source::PACKED, scales);
         self.lora_gemv(&mut up, LoraSlot::Up, m, ctx);
-        self.launch_planned(g, &plan, &mut up, stream, false)?;
+        self.launch_planned(g, &plan, &mut up, stream, After::Producer)?;
         self.launch_act_down(&r, g, m, ctx, stream)?;
         Ok(ctx.out.ptr())
     }
@@ -510,7 +522,7 @@ impl DenseFfnLayer {
         let a = ctx.a.ptr();
         self.lora_shrink_down((source::F32, a, DevicePtr::NULL), m, ctx, stream)?;
         self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
-        self.launch_planned(kernel, &plan, &mut down, stream, true)
+        self.launch_planned(kernel, &plan, &mut down, stream, self.after_act())
     }
 
     /// `act(g)·u` over `m` tokens as a packed buffer for a down GEMV with `chunks_per_split`
@@ -546,7 +558,8 @@ impl DenseFfnLayer {
             smem: PACK_SMEM_BYTES,
             params: p.as_bytes(),
         };
-        self.gpu.launch(&l, stream)
+        // After the GEMV that writes g and u: it waits for that first.
+        self.gpu.launch_dependent(&l, stream)
     }
 
     /// Parameters of one projection `w` over `m` tokens of bf16 `input`, f32 out.
@@ -591,18 +604,26 @@ impl DenseFfnLayer {
         }
     }
 
-    /// Plans and launches one GEMV. `after_shrink`: it directly follows a `lora_shrink` on the
-    /// stream, so with LoRA it is launched as its programmatic dependent
-    /// ([`GpuBackend::launch_dependent`]; the GEMV waits for `ax` only in its epilogue).
+    /// Plans and launches one GEMV that follows `after` on the stream.
     fn launch_gemv(
         &self,
         kernel: &'static str,
         p: &mut GemvParams,
         stream: u64,
-        after_shrink: bool,
+        after: After,
     ) -> Result<()> {
         let plan = self.gemv_plan(kernel, p);
-        self.launch_planned(kernel, &plan, p, stream, after_shrink)
+        self.launch_planned(kernel, &plan, p, stream, after)
+    }
+
+    /// What precedes a down GEMV: LoRA's shrink of down when installed, else the kernel that
+    /// wrote its input.
+    fn after_act(&self) -> After {
+        if self.lora.is_some() {
+            After::MaybeShrink
+        } else {
+            After::Producer
+        }
     }
 
     /// The K splits of GEMV `kernel` over `p`'s shape and source: planned for the kernel's
@@ -628,17 +649,23 @@ impl DenseFfnLayer {
         plan
     }
 
-    /// Launches GEMV `kernel` over `p` with `plan` (as the programmatic dependent of a LoRA
-    /// shrink when `after_shrink` and LoRA is on).
+    /// Launches GEMV `kernel` over `p` with `plan`, as the programmatic dependent
+    /// ([`GpuBackend::launch_dependent`]) of what precedes it where that is safe (`after`).
     fn launch_planned(
         &self,
         kernel: &'static str,
         plan: &GemvPlan,
         p: &mut GemvParams,
         stream: u64,
-        after_shrink: bool,
+        after: After,
     ) -> Result<()> {
-        let dependent = after_shrink && p.lora_rank != 0;
+        let dependent = match after {
+            After::MaybeShrink => p.lora_rank != 0,
+            After::Producer => {
+                p.flags |= GEMV_WAIT_INPUT;
+                true
+            }
+        };
         let launch = plan.launch(kernel, p);
         if dependent {
             self.gpu.launch_dependent(&launch, stream)
@@ -665,7 +692,8 @@ impl DenseFfnLayer {
             smem: 0,
             params: ew.as_bytes(),
         };
-        self.gpu.launch(&l, stream)
+        // After the gate+up GEMV that writes g and u: it waits for that first.
+        self.gpu.launch_dependent(&l, stream)
     }
 
     /// Launches the decode kernels for `m` ≤ 8 tokens, writing bf16 `[m][hidden]` to `out`.
@@ -681,7 +709,7 @@ impl DenseFfnLayer {
         self.lora_shrink_gate_up(input, m, ctx, stream)?;
         let mut gu = self.gate_up_params(&r, input, m, ctx);
         self.lora_gemv(&mut gu, LoraSlot::Gate, m, ctx);
-        self.launch_gemv(r.set.gate_up, &mut gu, stream, true)?;
+        self.launch_gemv(r.set.gate_up, &mut gu, stream, After::MaybeShrink)?;
         let mut down = self.gemv_params(&r.down, ctx.g.ptr(), out, m, ctx);
         down.out_bf16 = 1;
         let kernel = match self.activation {
@@ -700,7 +728,7 @@ impl DenseFfnLayer {
         let src = (down.source, DevicePtr(down.act0), DevicePtr(down.act1));
         self.lora_shrink_down(src, m, ctx, stream)?;
         self.lora_gemv(&mut down, LoraSlot::Down, m, ctx);
-        self.launch_gemv(kernel, &mut down, stream, true)
+        self.launch_gemv(kernel, &mut down, stream, self.after_act())
     }
 
     /// Every kernel in `names` is in the loaded module, else an error naming the first missing.

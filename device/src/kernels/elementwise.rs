@@ -11,8 +11,12 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + t)
 }
 
+/// A programmatic dependent of the GEMV that writes `g` and `u` (waits for it first; a no-op
+/// for an ordinary launch), and lets its own dependent start at once.
 #[inline(always)]
 unsafe fn apply(p: &ElementwiseParams, f: impl Fn(f32) -> f32) {
+    grid_dependency_wait();
+    launch_dependents();
     let base = (block_x() * 256 + thread_x()) * 4;
     for i in 0..4 {
         let idx = base + i;

@@ -23,7 +23,7 @@ use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::packed::pow2_scale;
 use crate::params::{
     source, GemvParams, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS, GEMV_TOKEN_WORDS,
-    PACK_SCALE_STRIDE, PACK_TOKEN_WORDS,
+    GEMV_WAIT_INPUT, PACK_SCALE_STRIDE, PACK_TOKEN_WORDS,
 };
 
 const WARPS: u32 = GEMV_THREADS / 32;
@@ -263,6 +263,10 @@ pub unsafe fn gemv<T: Tiles, const DUAL: bool>(p: &GemvParams) {
 
 #[inline(always)]
 unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvParams) {
+    // The next kernel on the stream may start once every block of this grid has started (all
+    // of them resident, so its blocks only take slots this grid no longer needs); it waits for
+    // this grid's completion before it reads what this grid writes.
+    launch_dependents();
     let split = block_y();
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
@@ -288,10 +292,11 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
             },
         )
     };
-    // The first `depth` chunks' loads: a single-projection kernel issues them between the two
-    // staging passes, so their latency overlaps the second (for the f32 and SiLU sources the
-    // costlier one); the dual kernel after both (holding them through the second pass would
-    // cost it a block per SM in registers).
+    // The first `depth` chunks' loads: a single-projection kernel issues them before it reads
+    // any activation (a programmatic dependent, `GEMV_WAIT_INPUT`, waits for its input's
+    // producer only after them), so their latency overlaps the staging; the dual kernel after
+    // both passes (holding them through the second pass would cost it a block per SM in
+    // registers).
     let mut l = [(T::ZERO, T::ZERO); 4];
     let preload = |l: &mut [(T::Lane, T::Lane); 4]| {
         if live {
@@ -302,13 +307,21 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
             });
         }
     };
+    // Only single-projection launches are ever dependents of their input's producer.
+    let wait = !DUAL && p.flags & GEMV_WAIT_INPUT != 0;
     if PACKED {
         preload(&mut l);
+        if wait {
+            grid_dependency_wait();
+        }
     } else {
-        stage_amax_any(p, chunk0, nchunks);
         if !DUAL {
             preload(&mut l);
         }
+        if wait {
+            grid_dependency_wait();
+        }
+        stage_amax_any(p, chunk0, nchunks);
         stage_pack_any(p, chunk0, nchunks);
         if DUAL {
             preload(&mut l);

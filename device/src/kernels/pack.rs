@@ -38,8 +38,12 @@ unsafe fn act8<const GELU: bool>(p: &ActPackParams, idx: usize) -> [f32; 8] {
     v
 }
 
+/// A programmatic dependent of the GEMV that writes `g` and `u`: waits for it first (a no-op
+/// for an ordinary launch) and lets its own dependent, the down GEMV, start at once.
 #[inline(always)]
 unsafe fn pack<const GELU: bool>(p: &ActPackParams) {
+    grid_dependency_wait();
+    launch_dependents();
     let (split, t, tid) = (block_x(), block_y(), thread_x());
     let k_tiles = p.k / TILE_K as u32;
     let chunk0 = split * p.chunks_per_split;
