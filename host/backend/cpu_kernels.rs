@@ -216,14 +216,7 @@ fn pack_into(
         let (c0, c1) = (s * cps, ((s + 1) * cps).min(k_tiles));
         for t in 0..m {
             let row = &vals[t * k + c0 * TILE_K..t * k + c1 * TILE_K];
-            let amax = row.iter().fold(0.0f32, |a, &v| {
-                if a.is_nan() || v.is_nan() {
-                    f32::NAN
-                } else {
-                    a.max(v.abs())
-                }
-            });
-            let (f, i) = pow2_scale(amax);
+            let (f, i) = pow2_scale(amax(row));
             inv.push((s * PACK_SCALE_STRIDE as usize + t, i));
             for (j, &v) in row.iter().enumerate() {
                 let (c, x) = (c0 + j / TILE_K, j % TILE_K);
@@ -350,6 +343,17 @@ fn add_lora(
 /// counters lie inside allocations. A packed input (`source::PACKED`) or output (`pack_out`)
 /// only on a single-projection launch, never both. A plan or a scratch size that would make
 /// the GPU skip columns or write out of bounds fails here, on the CPU, with a clear error.
+/// NaN-propagating maximum of magnitudes, as the kernels' `max.NaN`.
+pub(crate) fn amax(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |a, &x| {
+        if a.is_nan() || x.is_nan() {
+            f32::NAN
+        } else {
+            a.max(x.abs())
+        }
+    })
+}
+
 fn gemv_schedule(mem: &Memory, l: &Launch, p: &GemvParams) -> Result<()> {
     let (n, k, m) = (p.n, p.k, p.m);
     let k_tiles = k / TILE_K as u32;

@@ -3,7 +3,7 @@
 //! shared math (`denseffn_device::formats::q4k_mmq`), so quantized bytes agree exactly and GEMM
 //! results up to f32 summation order (here: exact integer dots, f64 sums).
 use super::cpu::Memory;
-use super::cpu_kernels::{gelu_tanh, silu};
+use super::cpu_kernels::{amax, gelu_tanh, silu};
 use crate::error::{Error, Result};
 use denseffn_device::formats::q4k_mmq::{
     self as fmt, code_pos, fit_sub_block, q4_code, q8_code, q8_scale, quant6, super_scales,
@@ -24,15 +24,7 @@ pub(crate) fn quantize(mem: &mut Memory, p: &Q8Params) -> Result<()> {
     let mut ds = vec![0f32; t * k / SUB * 2];
     for (b, vals) in x.chunks_exact(SUB).enumerate() {
         let v: Vec<f32> = vals.iter().map(|&h| bf16::from_bits(h).to_f32()).collect();
-        // NaN-propagating maximum, as the kernel's max.NaN.
-        let amax = v.iter().fold(0f32, |a, &x| {
-            if a.is_nan() || x.is_nan() {
-                f32::NAN
-            } else {
-                a.max(x.abs())
-            }
-        });
-        let (d, inv) = q8_scale(amax);
+        let (d, inv) = q8_scale(amax(&v));
         let mut sum = 0i32;
         for (c, &x) in v.iter().enumerate() {
             let q = q8_code(x, inv);

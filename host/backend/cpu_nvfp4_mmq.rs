@@ -3,6 +3,7 @@
 //! (`denseffn_device::formats::nvfp4_mmq`), so quantized bytes agree exactly and GEMM results up
 //! to f32 summation order (here: exact integer dots, f64 sums).
 use super::cpu::Memory;
+use super::cpu_kernels::amax;
 use super::cpu_kernels::{gelu_tanh, silu};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4_mmq::{
@@ -12,17 +13,6 @@ use denseffn_device::formats::nvfp4_mmq::{
 use denseffn_device::formats::{e4m3, q4k_mmq::q8_pos};
 use denseffn_device::params::{Q8Params, W4a4Params};
 use half::bf16;
-
-/// NaN-propagating maximum of magnitudes, as the kernel's `max.NaN`.
-fn amax(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |a, &x| {
-        if a.is_nan() || x.is_nan() {
-            f32::NAN
-        } else {
-            a.max(x.abs())
-        }
-    })
-}
 
 /// `quantize_nvfp4_act`: per token the global scale, per 16 values the E4M3 scale and E2M1
 /// codes, stored as int8 doubled codes (32-blocks permuted) and f32 factors.
