@@ -42,6 +42,43 @@ fn prefill_matches_reference_for_token_counts_with_tails() {
     }
 }
 
+/// A down GEMM whose grid fills less than half the machine splits K (one launch still): with
+/// intermediate 4096 (64 chunks) and a 256-row hidden, every N here has at most 3 tiles, so
+/// down runs 4 splits of 16 chunks, each tile summed by its last block. Tails, poison and the
+/// f64 reference as above; the counters are zero again after each call (the CPU backend
+/// refuses a split launch whose counters are not).
+#[test]
+fn prefill_splits_k_of_a_small_down_grid() {
+    let (h, i) = (256, 4096);
+    let host = HostLayer::quantized(h, i, 41);
+    let x = activations(130 * h, 43);
+    let want = host.reference(&x, FfnActivation::Silu);
+    let (cpu, gpu) = cpu_backend();
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 130).unwrap();
+    let xs = upload_bf16(&gpu, &x);
+    for n in [1usize, 65, 130, 7] {
+        gpu.memset(ctx.output(), 0xFF, 130 * h * 2).unwrap();
+        let got = download_bf16(
+            &gpu,
+            layer.forward_prefill(xs, n, &mut ctx, 0).unwrap(),
+            130 * h,
+        );
+        assert_eq!(
+            cpu.last_grid("gemm_nvfp4_t_down"),
+            Some((1, n.div_ceil(64) as u32, 4))
+        );
+        let err = rel_l2(&got[..n * h], &want[..n * h]);
+        assert!(err < 1e-2, "N={n}: rel L2 {err}");
+        assert!(
+            got[n * h..].iter().all(|v| v.is_nan()),
+            "N={n}: wrote past the end"
+        );
+    }
+    // The gate+up kernel never splits.
+    assert_eq!(cpu.last_grid("gemm_nvfp4_t_gate_up_act").unwrap().2, 1);
+}
+
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<u8>>>);
 

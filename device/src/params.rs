@@ -224,8 +224,12 @@ pub const PACK_SMEM_BYTES: u32 = PACK_THREADS / 32 * 4;
 /// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
 /// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With
 /// `w1 != 0` (gate+up) the epilogue writes `act(gate)·up` instead (`act`: 1 SiLU, 2 GELU-tanh).
-/// Grid: (`ceil(n / GEMM_ROWS_PER_BLOCK)`, `ceil(tokens / gemm_tokens_per_block(dual))`); block: 256
-/// threads; shared memory [`gemm_smem_bytes`]. Weights in the tiled layout (`formats::nvfp4`).
+/// Grid: (`ceil(n / GEMM_ROWS_PER_BLOCK)`, `ceil(tokens / gemm_tokens_per_block(dual))`,
+/// `max(splits, 1)`); block: 256 threads; shared memory [`gemm_smem_bytes`]. Weights in the tiled
+/// layout (`formats::nvfp4`). A single-projection launch without LoRA may split K
+/// (`splits > 1`): each split writes its scaled f32 partial to `ws`, and the last block of a
+/// tile to finish (counted in `counters`) sums the partials in split order and writes the bf16
+/// output, so the result does not depend on the order the blocks run in.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GemmParams {
@@ -262,12 +266,21 @@ pub struct GemmParams {
     /// Padded LoRA rank (a multiple of [`LORA_RANK_STEP`]); 0: none. When set, the epilogue
     /// adds `Σ_r B[row][r]·ax[t][r]` to each projection (before the dual kernel's activation).
     pub lora_rank: u32,
+    /// K splits (0 or 1: none; the dual and LoRA kernels never split).
+    pub splits: u32,
+    /// 64-column chunks per K split (with `splits > 1`).
+    pub chunks_per_split: u32,
     /// Padding to a multiple of 8 bytes.
-    pub _pad_lora: u32,
+    pub _pad: u32,
+    /// Split-K partials, f32 `[split][tokens][n]` (with `splits > 1`).
+    pub ws: u64,
+    /// Split-K arrival counters, u32 per (row block, token block), `[block_y][block_x]`; zero
+    /// before the launch, and zero again after it (the last block of a tile resets its own).
+    pub counters: u64,
 }
 
-// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 2 four-byte fields: no padding (the second
-// u64 run starts at byte 72).
+// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 4 four-byte fields, 2 u64: no padding (the
+// u64 runs start at bytes 0, 72 and 112).
 unsafe impl ParamBlock for GemmParams {}
 
 /// 16-row tiles per warp of the prefill GEMM (a block is 8 warps: `128·GEMM_RT` rows).

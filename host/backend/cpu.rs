@@ -99,6 +99,8 @@ pub struct CpuBackend {
     resident: u32,
     missing: HashSet<String>,
     launches: AtomicU64,
+    /// The grid of each kernel's latest launch (what the layer's launch plans chose).
+    grids: Mutex<HashMap<&'static str, (u32, u32, u32)>>,
     events: Mutex<HashMap<u64, Instant>>,
     next_event: AtomicU64,
     graphs: Mutex<Graphs>,
@@ -125,6 +127,7 @@ impl CpuBackend {
             resident: 4,
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
+            grids: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_event: AtomicU64::new(1),
             graphs: Mutex::new(Graphs::default()),
@@ -137,6 +140,13 @@ impl CpuBackend {
     pub fn with_resident_blocks(mut self, n: u32) -> Self {
         self.resident = n.clamp(1, 8);
         self
+    }
+
+    /// The grid of `kernel`'s latest launch, if it has run (a split-K GEMM's third dimension is
+    /// its K splits).
+    pub fn last_grid(&self, kernel: &str) -> Option<(u32, u32, u32)> {
+        let grids = self.grids.lock().unwrap_or_else(|e| e.into_inner());
+        grids.get(kernel).copied()
     }
 
     /// At most `bytes` allocated at once: allocations past it fail with `OutOfMemory`.
@@ -207,6 +217,10 @@ impl CpuBackend {
 
     fn run_launch(&self, launch: &Launch) -> Result<()> {
         self.launches.fetch_add(1, Ordering::Relaxed);
+        self.grids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(launch.kernel, launch.grid);
         cpu_kernels::run(&mut self.lock(), launch)
     }
 

@@ -8,9 +8,10 @@ use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, 
 use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
-    gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams, GemvParams,
-    LoraShrinkParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
-    LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
+    gemm_tokens_per_block, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams,
+    GemvParams, LoraShrinkParams, ParamBlock, GEMM_ROWS_PER_BLOCK, GEMV_ROWS_PER_BLOCK,
+    GEMV_SMEM_HEADER, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE,
+    PACK_SMEM_BYTES, PACK_THREADS,
 };
 use half::{bf16, f16};
 
@@ -110,7 +111,11 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
             gemv_schedule(mem, l, &p)?;
             gemv(mem, &p, format_of(k))
         }
-        k if k.contains("gemm") => gemm(mem, &params(l)?, format_of(k)),
+        k if k.contains("gemm") => {
+            let p = params(l)?;
+            gemm_schedule(mem, l, &p)?;
+            gemm(mem, &p, format_of(k))
+        }
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "gelu_mul_pack" => act_pack(mem, l, &params(l)?, gelu_tanh),
         "silu_mul_pack" => act_pack(mem, l, &params(l)?, silu),
@@ -499,6 +504,43 @@ fn gemv_tiled(
         }
     }
     y
+}
+
+/// What the GPU GEMM relies on from its launch: the grid over rows, tokens and K splits, and,
+/// when K is split, a single-projection launch without LoRA whose splits cover K with none
+/// empty, a workspace for every split's partial and counters that are zero.
+fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
+    let dual = p.w1 != 0;
+    let bad = |what: String| Err(Error::Invalid(format!("{}: {what}", l.kernel)));
+    let (gx, gy) = (
+        p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
+        p.tokens.div_ceil(gemm_tokens_per_block(dual)),
+    );
+    let splits = p.splits.max(1);
+    if l.grid != (gx, gy, splits) || l.block != (256, 1, 1) {
+        return bad(format!(
+            "grid {:?} / block {:?}, want ({gx}, {gy}, {splits}) / (256, 1, 1)",
+            l.grid, l.block
+        ));
+    }
+    if splits > 1 {
+        let k_tiles = p.k / TILE_K as u32;
+        let cps = p.chunks_per_split;
+        if dual || p.lora_rank != 0 || l.kernel.contains("lora") {
+            return bad("only a single-projection launch without LoRA splits K".into());
+        }
+        if cps == 0 || splits * cps < k_tiles || (splits - 1) * cps >= k_tiles {
+            return bad(format!(
+                "{splits} splits of {cps} chunks do not cover {k_tiles} chunks without an empty one"
+            ));
+        }
+        mem.read(p.ws, splits as usize * p.tokens as usize * p.n as usize * 4)?;
+        let counters = mem.read(p.counters, gx as usize * gy as usize * 4)?;
+        if counters.iter().any(|&b| b != 0) {
+            return bad("split-K counters not zero at launch".into());
+        }
+    }
+    Ok(())
 }
 
 /// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out); with two projections

@@ -1,5 +1,5 @@
 //! Per-caller scratch and output buffers.
-use super::plan::{GemvPlan, Staging, MAX_RESIDENT_BLOCKS};
+use super::plan::{gemm_split_ws_elems, GemvPlan, Staging, GEMM_MAX_RESIDENT, MAX_RESIDENT_BLOCKS};
 use super::DenseFfnLayer;
 use crate::backend::DevicePtr;
 use crate::buffer::DeviceBuffer;
@@ -21,6 +21,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// Buffers: `g`, `u`, `a` f32 `[8][intermediate]`; `out` bf16 `[max_tokens][hidden]`; the
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them);
+/// the prefill down GEMM's split-K workspace (f32, at most one wave of 256 × 64 tiles or
+/// 8 splits × `max_tokens` × hidden, whichever is smaller: `plan::gemm_split_ws_elems`) and its
+/// counters (one per tile of a split grid, at most `2 × sm_count`);
 /// `forward_km`'s packed activations (`source::PACKED`: f16 `[8][max(hidden, intermediate)]`
 /// and an f32 scale per token slot and K split; the gate GEMV leaves the staged input there for
 /// up, then the packer the activation for down, in stream order); LoRA scratch
@@ -42,6 +45,8 @@ pub struct ForwardContext {
     pub(crate) prefill_act: DeviceBuffer,
     pub(crate) ws: DeviceBuffer,
     pub(crate) counters: DeviceBuffer,
+    pub(crate) gemm_ws: DeviceBuffer,
+    pub(crate) gemm_counters: DeviceBuffer,
     pub(crate) pack: DeviceBuffer,
     pub(crate) pack_scales: DeviceBuffer,
     pub(crate) lora: super::lora::LoraScratch,
@@ -91,6 +96,8 @@ impl ForwardContext {
             prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
+            gemm_ws: DeviceBuffer::alloc(gpu, gemm_split_ws_elems(h, max_tokens, sms) * 4)?,
+            gemm_counters: DeviceBuffer::zeroed(gpu, (GEMM_MAX_RESIDENT * sms) as usize * 4)?,
             pack: DeviceBuffer::alloc(gpu, pack)?,
             pack_scales: DeviceBuffer::alloc(gpu, pack_scales)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
@@ -110,6 +117,13 @@ impl ForwardContext {
         self.out.ptr()
     }
 
+    /// The prefill GEMM's split-K workspace and counters, when they hold a plan of `splits`
+    /// over `tokens × n` outputs in `tiles` tiles.
+    pub(crate) fn gemm_split_fits(&self, splits: u32, tokens: u32, n: u32, tiles: u32) -> bool {
+        splits as usize * tokens as usize * n as usize * 4 <= self.gemm_ws.len()
+            && tiles as usize * 4 <= self.gemm_counters.len()
+    }
+
     /// Tokens per call this context holds.
     pub fn max_tokens(&self) -> usize {
         self.max_tokens
@@ -125,6 +139,8 @@ impl ForwardContext {
             &self.prefill_act,
             &self.ws,
             &self.counters,
+            &self.gemm_ws,
+            &self.gemm_counters,
             &self.pack,
             &self.pack_scales,
         ]

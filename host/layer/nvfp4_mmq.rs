@@ -350,7 +350,7 @@ impl DenseFfnLayer {
             tokens: n as u32,
             ..Default::default()
         };
-        self.launch_gemm(kernels::DOWN, &dp, stream)
+        self.launch_gemm(kernels::DOWN, &dp, ctx, stream)
     }
 }
 

@@ -2,8 +2,8 @@
 use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
-    gemv_smem_bytes, source, GemvParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER,
-    GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
+    gemm_tokens_per_block, gemv_smem_bytes, source, GemvParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
+    GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
 };
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
@@ -151,6 +151,45 @@ impl GemvPlan {
     }
 }
 
+/// Most blocks per SM a split-K prefill GEMM is planned for: the GEMMs take 125–236 registers
+/// per thread at 256 threads, so no more than 2 ever fit.
+pub const GEMM_MAX_RESIDENT: u32 = 2;
+/// Fewest 64-column chunks of K a prefill GEMM split gets (below that the split's fixed cost,
+/// its first loads and the partial's round trip, is not worth a block).
+pub const GEMM_MIN_SPLIT_CHUNKS: u32 = 16;
+/// Most K splits of a prefill GEMM.
+pub const GEMM_MAX_SPLITS: u32 = 8;
+
+/// K splits of a single-projection prefill GEMM whose grid has `blocks` (row block × token
+/// block) tiles over `k` columns, for a kernel of which `resident` blocks fit one of `sm_count`
+/// SMs: `(splits, chunks_per_split)`. A grid that already fills half the machine's slots is
+/// not split; a smaller one is split until `splits × blocks` fills at most one wave of
+/// `min(resident, GEMM_MAX_RESIDENT) × sm_count` slots, with at least
+/// [`GEMM_MIN_SPLIT_CHUNKS`] chunks and at most [`GEMM_MAX_SPLITS`] splits, none empty. So
+/// `splits × blocks ≤ GEMM_MAX_RESIDENT × sm_count` whenever `splits > 1`, which bounds the
+/// workspace ([`gemm_split_ws_elems`]).
+pub fn gemm_splits(blocks: u32, k: usize, sm_count: u32, resident: u32) -> (u32, u32) {
+    let k_tiles = ((k / TILE_K) as u32).max(1);
+    let slots = resident.clamp(1, GEMM_MAX_RESIDENT) * sm_count.max(1);
+    let s = (slots / blocks.max(1))
+        .min(k_tiles / GEMM_MIN_SPLIT_CHUNKS)
+        .min(GEMM_MAX_SPLITS);
+    if s <= 1 {
+        return (1, k_tiles);
+    }
+    let cps = k_tiles.div_ceil(s);
+    (k_tiles.div_ceil(cps), cps)
+}
+
+/// f32 elements of split-K workspace that any [`gemm_splits`] plan of an `n`-row GEMM over up
+/// to `max_tokens` tokens needs: `splits × tokens × n`, at most one wave of 256 × 64 tiles.
+pub fn gemm_split_ws_elems(n: usize, max_tokens: usize, sm_count: u32) -> usize {
+    let wave = (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize
+        * GEMM_ROWS_PER_BLOCK as usize
+        * gemm_tokens_per_block(false) as usize;
+    wave.min(GEMM_MAX_SPLITS as usize * max_tokens * n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +277,35 @@ mod tests {
     fn tiny_matrices_plan() {
         let p = GemvPlan::new(16, 64, 8, 132, 8, Staging::Packed);
         assert_eq!((p.splits, p.chunks_per_split, p.row_groups), (1, 1, 1));
+    }
+
+    /// Small prefill grids are split to fill one wave, large ones are not; splits cover K with
+    /// none empty and stay within the workspace bound.
+    #[test]
+    fn gemm_splits_fill_small_grids_only() {
+        // 8B down at N = 512: 16 × 8 tiles, 2 per SM fit → 2 splits; at N = 128: 8 splits.
+        assert_eq!(gemm_splits(128, 14336, 132, 2), (2, 112));
+        assert_eq!(gemm_splits(32, 14336, 132, 2).0, 8);
+        // N = 4096: 1024 tiles, no split; one block per SM and 128 tiles: none either.
+        assert_eq!(gemm_splits(1024, 14336, 132, 2).0, 1);
+        assert_eq!(gemm_splits(128, 14336, 132, 1).0, 1);
+        // Short K: no split below 2 × GEMM_MIN_SPLIT_CHUNKS chunks.
+        assert_eq!(gemm_splits(1, 64 * 31, 132, 2).0, 1);
+        for blocks in 1..300 {
+            for k in [64, 1024, 4096, 5120, 14336, 28672] {
+                let k_tiles = (k / 64) as u32;
+                let (s, cps) = gemm_splits(blocks, k, 132, 8);
+                assert!(
+                    s * cps >= k_tiles && (s - 1) * cps < k_tiles,
+                    "{blocks} {k}"
+                );
+                if s > 1 {
+                    assert!(s * blocks <= GEMM_MAX_RESIDENT * 132 && cps >= GEMM_MIN_SPLIT_CHUNKS);
+                    // A grid of `blocks` tiles holds at most blocks × 256 × 64 outputs.
+                    let outputs = blocks as usize * 256 * 64;
+                    assert!(s as usize * outputs <= gemm_split_ws_elems(usize::MAX / 64, 1, 132));
+                }
+            }
+        }
     }
 }

@@ -31,6 +31,7 @@
 //! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
 //! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
 use super::lora::LoraSlot;
+use super::plan::gemm_splits;
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
@@ -251,12 +252,12 @@ impl DenseFfnLayer {
         };
         self.lora_shrink_gate_up(input, n, ctx, stream)?;
         self.lora_gemm(&mut gu, LoraSlot::Gate, n, ctx);
-        self.launch_gemm(kernels[0], &gu, stream)?;
+        self.launch_gemm(kernels[0], &gu, ctx, stream)?;
         let a = ctx.prefill_act.ptr();
         self.lora_shrink_down((source::BF16, a, DevicePtr::NULL), n, ctx, stream)?;
         let mut dp = gemm_params(&down, a, ctx.out.ptr(), n);
         self.lora_gemm(&mut dp, LoraSlot::Down, n, ctx);
-        self.launch_gemm(kernels[1], &dp, stream)
+        self.launch_gemm(kernels[1], &dp, ctx, stream)
     }
 
     /// The kernels of `arm` without the shrinks: a LoRA layer's NVFP4 arm runs the `_lora` GEMMs.
@@ -268,23 +269,37 @@ impl DenseFfnLayer {
     }
 
     /// Launches one GEMM; with LoRA as the programmatic dependent of the `lora_shrink` right
-    /// before it (the GEMM waits for `ax` in its epilogue).
+    /// before it (the GEMM waits for `ax` in its epilogue). A single-projection launch without
+    /// LoRA whose grid fills less than half the machine splits K ([`gemm_splits`]) over
+    /// `ctx`'s workspace: one launch still, the last block of each tile summing the partials.
     pub(super) fn launch_gemm(
         &self,
         kernel: &'static str,
         p: &GemmParams,
+        ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
         let dual = p.w1 != 0;
-        let grid = (
+        let (gx, gy) = (
             p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
             p.tokens.div_ceil(gemm_tokens_per_block(dual)),
-            1,
         );
         let smem = gemm_smem_bytes(dual);
+        let mut p = *p;
+        let lora = p.lora_rank != 0 || super::kernels::LORA_GEMMS.contains(&kernel);
+        if !dual && !lora {
+            let resident = self.gpu().resident_blocks(kernel, 256, smem);
+            let (splits, cps) = gemm_splits(gx * gy, p.k as usize, self.gpu().sm_count(), resident);
+            if splits > 1 && ctx.gemm_split_fits(splits, p.tokens, p.n, gx * gy) {
+                p.splits = splits;
+                p.chunks_per_split = cps;
+                p.ws = ctx.gemm_ws.ptr().0;
+                p.counters = ctx.gemm_counters.ptr().0;
+            }
+        }
         let launch = Launch {
             kernel,
-            grid,
+            grid: (gx, gy, p.splits.max(1)),
             block: (256, 1, 1),
             smem,
             params: p.as_bytes(),

@@ -14,7 +14,9 @@ use super::gemv::silu;
 use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
-use crate::params::{GemmParams, GEMM_DUAL_NF, GEMM_RT, GEMM_SINGLE_NF, GEMM_TOKEN_WORDS};
+use crate::params::{
+    GemmParams, GEMM_DUAL_NF, GEMM_ROWS_PER_BLOCK, GEMM_RT, GEMM_SINGLE_NF, GEMM_TOKEN_WORDS,
+};
 
 const WARPS: u32 = 8;
 
@@ -91,6 +93,14 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
     let row_tiles = p.n / TILE_ROWS as u32;
     let k_tiles = p.k / TILE_K as u32;
     let tok0 = block_y() * 8 * NF as u32;
+    // This block's chunks: all of K, or its split's share (single projection, no LoRA).
+    let split = !DUAL && !LORA && p.splits > 1;
+    let (c_begin, c_end) = if split {
+        let c0 = block_z() * p.chunks_per_split;
+        (c0, (c0 + p.chunks_per_split).min(k_tiles))
+    } else {
+        (0, k_tiles)
+    };
     let stager = Stager::new::<NF>();
     let active = |r: usize| rt0 + (r as u32) < row_tiles;
     let tile0 = |r: usize| ((rt0 + r as u32) * k_tiles) as usize;
@@ -101,16 +111,16 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
     let mut a1 = [T::ZERO; RT];
     unroll4!(R, 0 => {
         if R < RT && active(R) {
-            a0[R] = T::load(p.w0, p.s0, tile0(R));
+            a0[R] = T::load(p.w0, p.s0, tile0(R) + c_begin as usize);
             if DUAL {
-                a1[R] = T::load(p.w1, p.s1, tile0(R));
+                a1[R] = T::load(p.w1, p.s1, tile0(R) + c_begin as usize);
             }
         }
     });
-    stager.store::<NF>(smem, stager.load::<NF>(p, tok0, 0));
+    stager.store::<NF>(smem, stager.load::<NF>(p, tok0, c_begin));
     sync_threads();
-    for c in 0..k_tiles {
-        let last = c + 1 == k_tiles;
+    for c in c_begin..c_end {
+        let last = c + 1 == c_end;
         let (mut n0, mut n1, mut xn) = ([T::ZERO; RT], [T::ZERO; RT], [[0u32; 4]; 2]);
         if !last {
             xn = stager.load::<NF>(p, tok0, c + 1);
@@ -123,7 +133,7 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
                 }
             });
         }
-        let buf = smem.add((c % 2) * buf_bytes);
+        let buf = smem.add(((c - c_begin) % 2) * buf_bytes);
         unroll4!(J, 0 => {
             let j = J as u32;
             let mut f0 = [[0u32; 4]; RT];
@@ -152,7 +162,7 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
             });
         });
         if !last {
-            stager.store::<NF>(smem.add(((c + 1) % 2) * buf_bytes), xn);
+            stager.store::<NF>(smem.add(((c + 1 - c_begin) % 2) * buf_bytes), xn);
         }
         sync_threads();
         a0 = n0;
@@ -184,13 +194,50 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
                             y0
                         };
                         if tok < p.tokens {
-                            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(y);
+                            if split {
+                                let at = (block_z() * p.tokens + tok) * p.n + row;
+                                *(p.ws as *mut f32).add(at as usize) = y;
+                            } else {
+                                *(p.out as *mut u16).add((tok * p.n + row) as usize) =
+                                    f32_to_bf16(y);
+                            }
                         }
                     }
                 }
             });
         }
     });
+    if split {
+        reduce_splits::<NF>(p);
+    }
+}
+
+/// The last block of a split-K tile to finish sums the tile's partials in split order and
+/// writes the bf16 output (the others return). The counter of the tile is back at zero after.
+#[inline(always)]
+unsafe fn reduce_splits<const NF: usize>(p: &GemmParams) {
+    let tile = block_y() * grid_x() + block_x();
+    let counter = (p.counters as *mut u32).add(tile as usize);
+    // The staging buffers are free: the main loop ended on a barrier.
+    if !last_block_to_finish(counter, p.splits, Smem::base()) {
+        return;
+    }
+    let rows = GEMM_ROWS_PER_BLOCK;
+    let (row0, tok0) = (block_x() * rows, block_y() * 8 * NF as u32);
+    let mut i = thread_x();
+    while i < rows * 8 * NF as u32 {
+        let (row, tok) = (row0 + i % rows, tok0 + i / rows);
+        if row < p.n && tok < p.tokens {
+            let mut sum = 0.0f32;
+            for s in 0..p.splits {
+                sum += ld_cg_f32(
+                    (p.ws as *const f32).add(((s * p.tokens + tok) * p.n + row) as usize),
+                );
+            }
+            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(sum);
+        }
+        i += 256;
+    }
 }
 
 /// Prefill gate+up over the `_t` copies with the activation fused: bf16 `act(g)·u` out.
