@@ -42,9 +42,10 @@ fn prefill_matches_reference_for_token_counts_with_tails() {
     }
 }
 
-/// A down GEMM whose grid fills less than half the machine splits K (one launch still): with
-/// intermediate 4096 (64 chunks) and a 256-row hidden, every N here has at most 3 tiles, so
-/// down runs 4 splits of 16 chunks, each tile summed by its last block. Tails, poison and the
+/// A down GEMM whose grid fills less than half the machine splits K (one launch still, the
+/// `_splitk` entry point): with intermediate 4096 (64 chunks) and a 256-row hidden, every N
+/// here has at most 3 tiles, so down runs 4 splits of 16 chunks, each tile summed by its last
+/// block. Tails, poison and the
 /// f64 reference as above; the counters are zero again after each call (the CPU backend
 /// refuses a split launch whose counters are not).
 #[test]
@@ -64,10 +65,9 @@ fn prefill_splits_k_of_a_small_down_grid() {
             layer.forward_prefill(xs, n, &mut ctx, 0).unwrap(),
             130 * h,
         );
-        assert_eq!(
-            cpu.last_grid("gemm_nvfp4_t_down"),
-            Some((1, n.div_ceil(64) as u32, 4))
-        );
+        let grid = Some((1, n.div_ceil(64) as u32, 4));
+        assert_eq!(cpu.last_grid("gemm_nvfp4_t_down_splitk"), grid);
+        assert_eq!(layer.prefill_kernels(n)[1], "gemm_nvfp4_t_down_splitk");
         let err = rel_l2(&got[..n * h], &want[..n * h]);
         assert!(err < 1e-2, "N={n}: rel L2 {err}");
         assert!(
@@ -75,8 +75,24 @@ fn prefill_splits_k_of_a_small_down_grid() {
             "N={n}: wrote past the end"
         );
     }
-    // The gate+up kernel never splits.
+    // The gate+up kernel never splits, nor does the plain down entry point ever run here.
     assert_eq!(cpu.last_grid("gemm_nvfp4_t_gate_up_act").unwrap().2, 1);
+    assert_eq!(cpu.last_grid("gemm_nvfp4_t_down"), None);
+
+    // A module without the split entry point runs the plain one over all of K.
+    let cpu = Arc::new(CpuBackend::new().without_kernels(&["gemm_nvfp4_t_down_splitk"]));
+    let gpu: Arc<dyn GpuBackend> = cpu.clone();
+    let layer = host.layer(&gpu, FfnActivation::Silu);
+    let mut ctx = ForwardContext::new(&layer, 130).unwrap();
+    let xs = upload_bf16(&gpu, &x);
+    let got = download_bf16(
+        &gpu,
+        layer.forward_prefill(xs, 65, &mut ctx, 0).unwrap(),
+        65 * h,
+    );
+    assert!(rel_l2(&got, &want[..65 * h]) < 1e-2);
+    assert_eq!(cpu.last_grid("gemm_nvfp4_t_down"), Some((1, 2, 1)));
+    assert_eq!(layer.prefill_kernels(65)[1], "gemm_nvfp4_t_down");
 }
 
 #[derive(Clone, Default)]

@@ -299,6 +299,60 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
     }
 }
 
+/// The split-K prefill GEMMs (`*_splitk`, every format) against the CPU reference backend:
+/// a 256-row hidden and intermediate 4096 (64 chunks) put every N here in at most 3 tiles, so
+/// down splits K 4 ways (NVFP4, and the overlays' 4-way minimum); N = 1, 65 and 130 cover
+/// token tails. Output poisoned first; nothing past the last token may be written. Fast
+/// enough to run under compute-sanitizer as it is.
+#[test]
+fn prefill_split_k_matches_cpu_reference() {
+    use denseffn::layer::OverlayKind;
+    let _memory = device_memory(false);
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let (h, i) = (256, 4096);
+    let host = HostLayer::random(h, i, 61);
+    let x = activations(130 * h, 62);
+    for kind in [
+        None,
+        Some(OverlayKind::Q2),
+        Some(OverlayKind::Q4k),
+        Some(OverlayKind::Fp8),
+        Some(OverlayKind::Bf16),
+    ] {
+        let (mut cl, mut gl) = (
+            host.layer(&cpu, FfnActivation::Silu),
+            host.layer(&gpu, FfnActivation::Silu),
+        );
+        if let Some(kind) = kind {
+            let o = OverlayHost::random(kind, h, i, 63);
+            o.install(&mut cl).unwrap();
+            o.install(&mut gl).unwrap();
+        }
+        let mut cc = ForwardContext::new(&cl, 130).unwrap();
+        let mut gc = ForwardContext::new(&gl, 130).unwrap();
+        let (cx, gx) = (upload_bf16(&cpu, &x), upload_bf16(&gpu, &x));
+        for n in [1usize, 65, 130] {
+            let down = gl.prefill_kernels(n)[1];
+            assert!(down.ends_with("_splitk"), "{kind:?} N={n}: {down}");
+            gpu.memset(gc.output(), 0xFF, 130 * h * 2).unwrap();
+            let got = download_bf16(
+                &gpu,
+                gl.forward_prefill(gx, n, &mut gc, 0).unwrap(),
+                130 * h,
+            );
+            let want = download_bf16(&cpu, cl.forward_prefill(cx, n, &mut cc, 0).unwrap(), n * h);
+            let err = rel_l2(&got[..n * h], &want);
+            println!("{kind:?} N={n} ({down}): rel L2 vs CPU reference {err:.2e}");
+            assert!(err < 1e-2, "{kind:?} N={n}: rel L2 {err}");
+            assert!(
+                got[n * h..].iter().all(|v| v.is_nan()),
+                "{kind:?} N={n}: wrote past the end"
+            );
+        }
+    }
+}
+
 /// The Q2_0, Q4_K, FP8 and BF16 overlays on every path (forward, k2, k3, km m = 1..8, prefill
 /// N ∈ {1, 64, 512, 4096}), against the CPU reference backend running the same layer (sampled
 /// tokens for prefill) and, for one token, the f64 reference of the format's own values. One

@@ -31,22 +31,27 @@ pub(crate) const KERNELS: &[&str] = &[
     "silu_mul_pack",
     "gemm_nvfp4_t_gate_up_act",
     "gemm_nvfp4_t_down",
+    "gemm_nvfp4_t_down_splitk",
     "bf16_gemv_gate_up",
     "bf16_gemv",
     "bf16_gemm_gate_up_act",
     "bf16_gemm",
+    "bf16_gemm_splitk",
     "w8a16_gemv_gate_up",
     "w8a16_gemv",
     "w8a16_gemm_gate_up_act",
     "w8a16_gemm",
+    "w8a16_gemm_splitk",
     "q2_0_gemv_gate_up",
     "q2_0_gemv",
     "q2_0_gemm_gate_up_act",
     "q2_0_gemm",
+    "q2_0_gemm_splitk",
     "q4k_gemv_gate_up",
     "q4k_gemv",
     "q4k_gemm_gate_up_act",
     "q4k_gemm",
+    "q4k_gemm_splitk",
     "lora_shrink",
     "gemm_nvfp4_t_lora_gate_up_act",
     "gemm_nvfp4_t_lora_down",
@@ -526,8 +531,8 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     if splits > 1 {
         let k_tiles = p.k / TILE_K as u32;
         let cps = p.chunks_per_split;
-        if dual || p.lora_rank != 0 || l.kernel.contains("lora") {
-            return bad("only a single-projection launch without LoRA splits K".into());
+        if dual || p.lora_rank != 0 || !l.kernel.ends_with("_splitk") {
+            return bad("only a `_splitk` single-projection launch without LoRA splits K".into());
         }
         if cps == 0 || splits * cps < k_tiles || (splits - 1) * cps >= k_tiles {
             return bad(format!(

@@ -35,6 +35,7 @@ use super::plan::gemm_splits;
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
+use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
     gemm_smem_bytes, gemm_tokens_per_block, source, GemmParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
 };
@@ -123,7 +124,14 @@ impl DenseFfnLayer {
         match self.prefill_arm_for(num_tokens) {
             Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
             Ok(arm) => {
-                let k = self.arm_kernels(arm);
+                let k: Vec<&'static str> = self
+                    .arm_kernels(arm)
+                    .iter()
+                    .map(|&k| {
+                        self.gemm_launch_plan(k, num_tokens, self.hidden(), self.intermediate())
+                            .0
+                    })
+                    .collect();
                 self.with_lora(&k[..1], &k[1..])
             }
             Err(_) => Vec::new(),
@@ -270,8 +278,9 @@ impl DenseFfnLayer {
 
     /// Launches one GEMM; with LoRA as the programmatic dependent of the `lora_shrink` right
     /// before it (the GEMM waits for `ax` in its epilogue). A single-projection launch without
-    /// LoRA whose grid fills less than half the machine splits K ([`gemm_splits`]) over
-    /// `ctx`'s workspace: one launch still, the last block of each tile summing the partials.
+    /// LoRA whose grid fills less than half the machine runs as its `_splitk` variant with K
+    /// split ([`DenseFfnLayer::gemm_launch_plan`]) over `ctx`'s workspace: one launch still,
+    /// the last block of each tile summing the partials.
     pub(super) fn launch_gemm(
         &self,
         kernel: &'static str,
@@ -284,13 +293,13 @@ impl DenseFfnLayer {
             p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
             p.tokens.div_ceil(gemm_tokens_per_block(dual)),
         );
-        let smem = gemm_smem_bytes(dual);
         let mut p = *p;
-        let lora = p.lora_rank != 0 || super::kernels::LORA_GEMMS.contains(&kernel);
-        if !dual && !lora {
-            let resident = self.gpu().resident_blocks(kernel, 256, smem);
-            let (splits, cps) = gemm_splits(gx * gy, p.k as usize, self.gpu().sm_count(), resident);
+        let mut kernel = kernel;
+        if !dual && p.lora_rank == 0 {
+            let (name, splits, cps) =
+                self.gemm_launch_plan(kernel, p.tokens as usize, p.n as usize, p.k as usize);
             if splits > 1 && ctx.gemm_split_fits(splits, p.tokens, p.n, gx * gy) {
+                kernel = name;
                 p.splits = splits;
                 p.chunks_per_split = cps;
                 p.ws = ctx.gemm_ws.ptr().0;
@@ -301,7 +310,7 @@ impl DenseFfnLayer {
             kernel,
             grid: (gx, gy, p.splits.max(1)),
             block: (256, 1, 1),
-            smem,
+            smem: gemm_smem_bytes(dual),
             params: p.as_bytes(),
         };
         if p.lora_rank != 0 {
@@ -309,6 +318,52 @@ impl DenseFfnLayer {
         } else {
             self.gpu().launch(&launch, stream)
         }
+    }
+
+    /// How single-projection GEMM `kernel` runs `tokens` tokens of an `n × k` matrix:
+    /// `(entry point, splits, chunks per split)`. Its `_splitk` variant ([`splitk_variant`])
+    /// when the module has it and [`gemm_splits`] gives at least the variant's fewest splits;
+    /// else `kernel` over all of K. Other kernels are returned as they are.
+    pub(super) fn gemm_launch_plan(
+        &self,
+        kernel: &'static str,
+        tokens: usize,
+        n: usize,
+        k: usize,
+    ) -> (&'static str, u32, u32) {
+        let whole = (kernel, 1, (k / TILE_K) as u32);
+        let Some((splitk, fewest)) = splitk_variant(kernel) else {
+            return whole;
+        };
+        if !self.gpu().has_kernel(splitk) {
+            return whole;
+        }
+        let tiles = (n as u32).div_ceil(GEMM_ROWS_PER_BLOCK)
+            * (tokens as u32).div_ceil(gemm_tokens_per_block(false));
+        let resident = self
+            .gpu()
+            .resident_blocks(splitk, 256, gemm_smem_bytes(false));
+        let (splits, cps) = gemm_splits(tiles, k, self.gpu().sm_count(), resident);
+        if splits >= fewest {
+            (splitk, splits, cps)
+        } else {
+            whole
+        }
+    }
+}
+
+/// The K-split entry point of a single-projection prefill GEMM, and the fewest splits it is
+/// used with. Measured on the H200 (docs/perf/2026-12-03-gemm-splitk.md): NVFP4 down gained
+/// from 2 splits (8B, N = 512: −6.6%), Q2_0 lost 2.6% there and gained from 8 (N = 128), so
+/// the overlay formats split only 4 ways or more.
+fn splitk_variant(kernel: &str) -> Option<(&'static str, u32)> {
+    match kernel {
+        "gemm_nvfp4_t_down" => Some(("gemm_nvfp4_t_down_splitk", 2)),
+        "q2_0_gemm" => Some(("q2_0_gemm_splitk", 4)),
+        "q4k_gemm" => Some(("q4k_gemm_splitk", 4)),
+        "w8a16_gemm" => Some(("w8a16_gemm_splitk", 4)),
+        "bf16_gemm" => Some(("bf16_gemm_splitk", 4)),
+        _ => None,
     }
 }
 

@@ -320,12 +320,30 @@ pub fn denseffn_cli(args: &[&str]) -> std::process::Output {
 /// weight set (NVFP4 and each overlay) with both activations on a small layer, and returns the
 /// kernel entry points of the library (the CPU backend's list) that none of them dispatched.
 pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> {
+    let mut seen = std::collections::BTreeSet::new();
+    // Intermediate 512 (8 chunks): no GEMM splits K; 4096 (64 chunks): the prefill down GEMMs
+    // of these grids split it, so their `_splitk` entry points run too.
+    for i in [512, 4096] {
+        launch_every_path(gpu, 256, i, &mut seen);
+    }
+    denseffn::backend::CpuBackend::kernels()
+        .iter()
+        .copied()
+        .filter(|k| !seen.contains(k))
+        .collect()
+}
+
+/// Runs every path of an `h × i` layer (every overlay, LoRA, both MMQ arms, both
+/// activations) and adds the kernels each says it launches to `seen`.
+fn launch_every_path(
+    gpu: &Arc<dyn GpuBackend>,
+    h: usize,
+    i: usize,
+    seen: &mut std::collections::BTreeSet<&'static str>,
+) {
     use denseffn::layer::{ForwardContext, OverlayKind};
-    use std::collections::BTreeSet;
-    let (h, i) = (256, 512);
     let host = HostLayer::random(h, i, 101);
     let x = upload_bf16(gpu, &activations(64 * h, 102));
-    let mut seen = BTreeSet::new();
     let sets = [
         None,
         Some(OverlayKind::Q2),
@@ -403,11 +421,6 @@ pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> 
         }
         gpu.synchronize(0).unwrap();
     }
-    denseffn::backend::CpuBackend::kernels()
-        .iter()
-        .copied()
-        .filter(|k| !seen.contains(k))
-        .collect()
 }
 
 /// The CUDA backend, or `None` after printing why the GPU test is skipped.

@@ -84,7 +84,9 @@ impl Stager {
 }
 
 #[inline(always)]
-unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p: &GemmParams) {
+unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool, const SPLIT: bool>(
+    p: &GemmParams,
+) {
     const RT: usize = GEMM_RT as usize;
     let smem = Smem::base();
     let buf_bytes = 8 * NF as u32 * GEMM_TOKEN_WORDS * 4;
@@ -93,8 +95,9 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool>(p:
     let row_tiles = p.n / TILE_ROWS as u32;
     let k_tiles = p.k / TILE_K as u32;
     let tok0 = block_y() * 8 * NF as u32;
-    // This block's chunks: all of K, or its split's share (single projection, no LoRA).
-    let split = !DUAL && !LORA && p.splits > 1;
+    // This block's chunks: all of K, or its split's share (the `_splitk` entry points only:
+    // single projection, no LoRA; the others keep the code, registers and speed they had).
+    let split = SPLIT && !DUAL && !LORA && p.splits > 1;
     let (c_begin, c_end) = if split {
         let c0 = block_z() * p.chunks_per_split;
         (c0, (c0 + p.chunks_per_split).min(k_tiles))
@@ -244,49 +247,63 @@ unsafe fn reduce_splits<const NF: usize>(p: &GemmParams) {
 /// Block: 256 rows × `8·GEMM_DUAL_NF` tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, false>(&p)
+    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, false, false>(&p)
 }
 
 /// Prefill down projection over the `_t` copies: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF`
 /// tokens.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false>(&p)
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false, false>(&p)
+}
+
+/// `gemm_nvfp4_t_down` with K split over `blockIdx.z` (`GemmParams::splits`): a small grid's
+/// launch (see `GemmParams`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false, true>(&p)
 }
 
 /// `gemm_nvfp4_t_gate_up_act` with LoRA deltas: `scale·B·ax` added to gate and up before the
 /// activation (`lora_*` fields of the parameter block).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_gate_up_act(p: GemmParams) {
-    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, true>(&p)
+    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, true, false>(&p)
 }
 
 /// `gemm_nvfp4_t_down` with the LoRA delta of down.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_down(p: GemmParams) {
-    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, true>(&p)
+    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, true, false>(&p)
 }
 
 /// Declares the overlay prefill entry points of one tiled format: `<prefix>_gate_up_act` (gate
-/// and up with the activation fused, bf16 `act(g)·u` out) and `<prefix>` (one projection).
+/// and up with the activation fused, bf16 `act(g)·u` out), `<prefix>` (one projection) and
+/// `<prefix>_splitk` (one projection, K split).
 macro_rules! overlay_gemm {
-    ($tiles:ty, $dual:ident, $single:ident) => {
+    ($tiles:ty, $dual:ident, $single:ident, $splitk:ident) => {
         /// Prefill gate+up with the activation fused: bf16 `act(g)·u` out. Block: 256 rows ×
         /// `8·GEMM_DUAL_NF` tokens.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
-            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }, false>(&p)
+            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }, false, false>(&p)
         }
 
         /// Prefill single projection: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF` tokens.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
-            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false>(&p)
+            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false, false>(&p)
+        }
+
+        /// The single projection with K split over `blockIdx.z` (`GemmParams::splits`).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $splitk(p: GemmParams) {
+            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false, true>(&p)
         }
     };
 }
 
-overlay_gemm!(F16, bf16_gemm_gate_up_act, bf16_gemm);
-overlay_gemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm);
-overlay_gemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm);
-overlay_gemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm);
+overlay_gemm!(F16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
+overlay_gemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
+overlay_gemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
+overlay_gemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);
