@@ -3,7 +3,7 @@
 fn main() {
     let ptx = denseffn_ptx_builder::PtxBuilder::new("device")
         .toolchain("nightly-2026-05-20")
-        .arch("sm_90")
+        .arch("sm_90a")
         .ptx_isa("80")
         .dynamic_shared("dsmem")
         .build()

@@ -5,6 +5,7 @@ use denseffn::backend::{CpuBackend, GpuBackend};
 use denseffn::layer::{DenseFfnLayer, DenseFfnWeights, FfnActivation, ForwardContext, PrefillArm};
 use denseffn::reference::rel_l2;
 use denseffn::Error;
+use denseffn_device::params::gemm_shape;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -44,9 +45,8 @@ fn prefill_matches_reference_for_token_counts_with_tails() {
 
 /// A down GEMM whose grid fills less than half the machine splits K (one launch still, the
 /// `_splitk` entry point): with intermediate 4096 (64 chunks) and a 256-row hidden, every N
-/// here has at most 3 tiles, so down runs 4 splits of 16 chunks, each tile summed by its last
-/// block. Tails, poison and the
-/// f64 reference as above; the counters are zero again after each call (the CPU backend
+/// here has at most 4 tiles, so down runs 4 splits of 16 chunks, each tile summed by its last
+/// block. Tails, poison and the f64 reference as above; the counters are zero again after each call (the CPU backend
 /// refuses a split launch whose counters are not).
 #[test]
 fn prefill_splits_k_of_a_small_down_grid() {
@@ -65,7 +65,12 @@ fn prefill_splits_k_of_a_small_down_grid() {
             layer.forward_prefill(xs, n, &mut ctx, 0).unwrap(),
             130 * h,
         );
-        let grid = Some((1, n.div_ceil(64) as u32, 4));
+        let shape = gemm_shape("gemm_nvfp4_t_down_splitk", false);
+        let grid = Some((
+            (h as u32).div_ceil(shape.rows),
+            (n as u32).div_ceil(shape.tokens),
+            4,
+        ));
         assert_eq!(cpu.last_grid("gemm_nvfp4_t_down_splitk"), grid);
         assert_eq!(layer.prefill_kernels(n)[1], "gemm_nvfp4_t_down_splitk");
         let err = rel_l2(&got[..n * h], &want[..n * h]);
@@ -91,7 +96,9 @@ fn prefill_splits_k_of_a_small_down_grid() {
         65 * h,
     );
     assert!(rel_l2(&got, &want[..65 * h]) < 1e-2);
-    assert_eq!(cpu.last_grid("gemm_nvfp4_t_down"), Some((1, 2, 1)));
+    let shape = gemm_shape("gemm_nvfp4_t_down", false);
+    let grid = ((h as u32).div_ceil(shape.rows), 65u32.div_ceil(shape.tokens), 1);
+    assert_eq!(cpu.last_grid("gemm_nvfp4_t_down"), Some(grid));
     assert_eq!(layer.prefill_kernels(65)[1], "gemm_nvfp4_t_down");
 }
 

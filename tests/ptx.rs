@@ -33,7 +33,7 @@ fn assemble() -> Option<HashMap<String, (u32, u32, u32, u32)>> {
     let src = dir.join("kernels.ptx");
     std::fs::write(&src, denseffn::PTX).unwrap();
     let out = Command::new(&ptxas)
-        .args(["-arch=sm_90", "-v"])
+        .args(["-arch=sm_90a", "-v"])
         .arg(&src)
         .arg("-o")
         .arg(dir.join("k.cubin"))

@@ -308,6 +308,71 @@ pub const fn gemm_smem_bytes(dual: bool) -> u32 {
     2 * gemm_tokens_per_block(dual) * GEMM_TOKEN_WORDS * 4
 }
 
+/// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_KERNELS`]): two warpgroups of 64 rows,
+/// one `wgmma.m64n128k16` each per 16 columns.
+pub const GEMM_WG_ROWS: u32 = 128;
+/// Tokens per block of the Hopper prefill GEMMs (the N of one `m64n128k16`).
+pub const GEMM_WG_TOKENS: u32 = 128;
+/// Pipeline stages of the Hopper prefill GEMMs: 64-column chunks of activations and weights in
+/// flight in shared memory (`cp.async`); the copies run `GEMM_WG_STAGES − 1` chunks ahead.
+pub const GEMM_WG_STAGES: u32 = 4;
+
+/// Bytes of one stage of a Hopper prefill GEMM over tiles of `code_bytes` + `scale_bytes`: the
+/// activation chunk (tokens × 128 bytes, 128-byte swizzle) then, per projection, the codes and
+/// then the scales of the block's 8 tiles; rounded up to 1024 bytes (the swizzle's alignment).
+pub const fn gemm_wg_stage_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -> u32 {
+    let proj = if dual { 2 } else { 1 };
+    (GEMM_WG_TOKENS * 128 + proj * 8 * (code_bytes + scale_bytes)).div_ceil(1024) * 1024
+}
+
+/// Dynamic shared memory of a Hopper prefill GEMM block: the stages plus 1024 bytes to align
+/// the first.
+pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -> u32 {
+    GEMM_WG_STAGES * gemm_wg_stage_bytes(dual, code_bytes, scale_bytes) + 1024
+}
+
+/// The prefill GEMM entry points built on `wgmma` (sm_90a; `kernels::wgemm`); the others are
+/// the `mma.sync` family ([`GEMM_ROWS_PER_BLOCK`] × [`gemm_tokens_per_block`]).
+pub const GEMM_WG_KERNELS: [&str; 3] = [
+    "gemm_nvfp4_t_gate_up_act",
+    "gemm_nvfp4_t_down",
+    "gemm_nvfp4_t_down_splitk",
+];
+
+/// How a prefill GEMM entry point is launched: rows and tokens per block (grid
+/// `(ceil(n / rows), ceil(tokens / tokens), splits)`, 256 threads) and its dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Output rows per block.
+    pub rows: u32,
+    /// Tokens per block.
+    pub tokens: u32,
+    /// Dynamic shared memory, bytes.
+    pub smem: u32,
+}
+
+/// The launch shape of prefill GEMM `kernel` (`dual`: gate+up). Host side only.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn gemm_shape(kernel: &str, dual: bool) -> GemmShape {
+    if GEMM_WG_KERNELS.contains(&kernel) {
+        let (cb, sb) = (
+            crate::formats::nvfp4::TILE_CODE_BYTES as u32,
+            crate::formats::nvfp4::TILE_SCALE_BYTES as u32,
+        );
+        GemmShape {
+            rows: GEMM_WG_ROWS,
+            tokens: GEMM_WG_TOKENS,
+            smem: gemm_wg_smem_bytes(dual, cb, sb),
+        }
+    } else {
+        GemmShape {
+            rows: GEMM_ROWS_PER_BLOCK,
+            tokens: gemm_tokens_per_block(dual),
+            smem: gemm_smem_bytes(dual),
+        }
+    }
+}
+
 /// LoRA ranks are padded on the device to a multiple of this (zero rows of `A`, zero columns
 /// of `B`): one `mma.m16n8k16` K step of the expansion, and the rank rows of one shrink block.
 pub const LORA_RANK_STEP: u32 = 16;

@@ -8,10 +8,9 @@ use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, 
 use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
-    gemm_tokens_per_block, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams,
-    GemvParams, LoraShrinkParams, ParamBlock, GEMM_ROWS_PER_BLOCK, GEMV_ROWS_PER_BLOCK,
-    GEMV_SMEM_HEADER, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE,
-    PACK_SMEM_BYTES, PACK_THREADS,
+    gemm_shape, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams, GemvParams,
+    LoraShrinkParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
+    LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
 };
 use half::{bf16, f16};
 
@@ -517,15 +516,13 @@ fn gemv_tiled(
 fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     let dual = p.w1 != 0;
     let bad = |what: String| Err(Error::Invalid(format!("{}: {what}", l.kernel)));
-    let (gx, gy) = (
-        p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
-        p.tokens.div_ceil(gemm_tokens_per_block(dual)),
-    );
+    let shape = gemm_shape(l.kernel, dual);
+    let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
     let splits = p.splits.max(1);
-    if l.grid != (gx, gy, splits) || l.block != (256, 1, 1) {
+    if l.grid != (gx, gy, splits) || l.block != (256, 1, 1) || l.smem != shape.smem {
         return bad(format!(
-            "grid {:?} / block {:?}, want ({gx}, {gy}, {splits}) / (256, 1, 1)",
-            l.grid, l.block
+            "grid {:?} / block {:?} / {} B shared, want ({gx}, {gy}, {splits}) / (256, 1, 1) / {} B",
+            l.grid, l.block, l.smem, shape.smem
         ));
     }
     if splits > 1 {

@@ -3,7 +3,8 @@ use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
     gemm_tokens_per_block, gemv_smem_bytes, source, GemvParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
-    GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
+    GEMM_WG_ROWS, GEMM_WG_TOKENS, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_SMEM_PER_TOKEN_CHUNK,
+    GEMV_THREADS,
 };
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
@@ -185,8 +186,8 @@ pub fn gemm_splits(blocks: u32, k: usize, sm_count: u32, resident: u32) -> (u32,
 /// to `max_tokens` tokens needs: `splits × tokens × n`, at most one wave of 256 × 64 tiles.
 pub fn gemm_split_ws_elems(n: usize, max_tokens: usize, sm_count: u32) -> usize {
     let wave = (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize
-        * GEMM_ROWS_PER_BLOCK as usize
-        * gemm_tokens_per_block(false) as usize;
+        * (GEMM_ROWS_PER_BLOCK * gemm_tokens_per_block(false)).max(GEMM_WG_ROWS * GEMM_WG_TOKENS)
+            as usize;
     wave.min(GEMM_MAX_SPLITS as usize * max_tokens * n)
 }
 

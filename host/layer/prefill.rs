@@ -36,9 +36,7 @@ use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{
-    gemm_smem_bytes, gemm_tokens_per_block, source, GemmParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
-};
+use denseffn_device::params::{gemm_shape, source, GemmParams, ParamBlock};
 
 /// The log target of the prefill timers.
 pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
@@ -289,10 +287,8 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<()> {
         let dual = p.w1 != 0;
-        let (gx, gy) = (
-            p.n.div_ceil(GEMM_ROWS_PER_BLOCK),
-            p.tokens.div_ceil(gemm_tokens_per_block(dual)),
-        );
+        let shape = gemm_shape(kernel, dual);
+        let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
         let mut p = *p;
         let mut kernel = kernel;
         if !dual && p.lora_rank == 0 {
@@ -310,7 +306,7 @@ impl DenseFfnLayer {
             kernel,
             grid: (gx, gy, p.splits.max(1)),
             block: (256, 1, 1),
-            smem: gemm_smem_bytes(dual),
+            smem: gemm_shape(kernel, dual).smem,
             params: p.as_bytes(),
         };
         if p.lora_rank != 0 {
@@ -338,11 +334,9 @@ impl DenseFfnLayer {
         if !self.gpu().has_kernel(splitk) {
             return whole;
         }
-        let tiles = (n as u32).div_ceil(GEMM_ROWS_PER_BLOCK)
-            * (tokens as u32).div_ceil(gemm_tokens_per_block(false));
-        let resident = self
-            .gpu()
-            .resident_blocks(splitk, 256, gemm_smem_bytes(false));
+        let shape = gemm_shape(splitk, false);
+        let tiles = (n as u32).div_ceil(shape.rows) * (tokens as u32).div_ceil(shape.tokens);
+        let resident = self.gpu().resident_blocks(splitk, 256, shape.smem);
         let (splits, cps) = gemm_splits(tiles, k, self.gpu().sm_count(), resident);
         if splits >= fewest {
             (splitk, splits, cps)

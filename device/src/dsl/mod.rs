@@ -8,12 +8,14 @@ pub mod memory;
 pub mod mma;
 pub mod sync;
 pub mod warp;
+pub mod wgmma;
 
 pub use math::*;
 pub use memory::*;
 pub use mma::*;
 pub use sync::*;
 pub use warp::*;
+pub use wgmma::*;
 
 use core::arch::nvptx;
 

@@ -211,24 +211,24 @@ unsafe fn gemm<T: Tiles, const DUAL: bool, const NF: usize, const LORA: bool, co
         }
     });
     if split {
-        reduce_splits::<NF>(p);
+        reduce_splits(p, GEMM_ROWS_PER_BLOCK, 8 * NF as u32);
     }
 }
 
-/// The last block of a split-K tile to finish sums the tile's partials in split order and
-/// writes the bf16 output (the others return). The counter of the tile is back at zero after.
+/// The last block of a split-K tile (`rows` × `tokens` outputs) to finish sums the tile's
+/// partials in split order and writes the bf16 output (the others return). The counter of the
+/// tile is back at zero after.
 #[inline(always)]
-unsafe fn reduce_splits<const NF: usize>(p: &GemmParams) {
+pub(super) unsafe fn reduce_splits(p: &GemmParams, rows: u32, tokens: u32) {
     let tile = block_y() * grid_x() + block_x();
     let counter = (p.counters as *mut u32).add(tile as usize);
     // The staging buffers are free: the main loop ended on a barrier.
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
-    let rows = GEMM_ROWS_PER_BLOCK;
-    let (row0, tok0) = (block_x() * rows, block_y() * 8 * NF as u32);
+    let (row0, tok0) = (block_x() * rows, block_y() * tokens);
     let mut i = thread_x();
-    while i < rows * 8 * NF as u32 {
+    while i < rows * tokens {
         let (row, tok) = (row0 + i % rows, tok0 + i / rows);
         if row < p.n && tok < p.tokens {
             let mut sum = 0.0f32;
@@ -241,27 +241,6 @@ unsafe fn reduce_splits<const NF: usize>(p: &GemmParams) {
         }
         i += 256;
     }
-}
-
-/// Prefill gate+up over the `_t` copies with the activation fused: bf16 `act(g)·u` out.
-/// Block: 256 rows × `8·GEMM_DUAL_NF` tokens.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    gemm::<Nvfp4, true, { GEMM_DUAL_NF as usize }, false, false>(&p)
-}
-
-/// Prefill down projection over the `_t` copies: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF`
-/// tokens.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false, false>(&p)
-}
-
-/// `gemm_nvfp4_t_down` with K split over `blockIdx.z` (`GemmParams::splits`): a small grid's
-/// launch (see `GemmParams`).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
-    gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, false, true>(&p)
 }
 
 /// `gemm_nvfp4_t_gate_up_act` with LoRA deltas: `scale·B·ax` added to gate and up before the

@@ -12,6 +12,16 @@ macro_rules! unroll8 {
     }};
 }
 
+/// Repeats `$body` with `$f` bound to the constants 0..16.
+macro_rules! unroll16 {
+    ($f:ident => $body:block) => {{
+        unroll4!($f, 0 => $body);
+        unroll4!($f, 4 => $body);
+        unroll4!($f, 8 => $body);
+        unroll4!($f, 12 => $body);
+    }};
+}
+
 /// Repeats `$body` with `$f` bound to the constants `$base..$base + 4`.
 macro_rules! unroll4 {
     ($f:ident, $base:literal => $body:block) => {{
@@ -43,3 +53,4 @@ pub mod nvfp4_mmq;
 pub mod pack;
 pub mod q8;
 pub mod tiles;
+pub mod wgemm;

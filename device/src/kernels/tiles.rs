@@ -27,6 +27,21 @@ pub trait Tiles {
     fn fragments(l: &Self::Lane, j: u32) -> [u32; 4];
 }
 
+/// A tiled format whose tiles the Hopper GEMM ([`super::wgemm`]) stages in shared memory whole
+/// (`cp.async`, 16-byte pieces) before each lane reads its share from there.
+pub trait StagedTiles: Tiles {
+    /// Bytes of codes per tile (a multiple of 16).
+    const CODE_BYTES: u32;
+    /// Bytes of scales per tile (a multiple of 16).
+    const SCALE_BYTES: u32;
+    /// This lane's share of the tile staged at `codes` / `scales`, as [`Tiles::load`] reads it
+    /// from global memory.
+    ///
+    /// # Safety
+    /// The tile must be staged there.
+    unsafe fn load_shared(codes: Smem, scales: Smem) -> Self::Lane;
+}
+
 /// NVFP4 tiles (codes pre-positioned for `cvt.rn.f16x2.e4m3x2`, E4M3 scales per 16).
 pub struct Nvfp4;
 /// f16 tiles (the BF16 overlay).
@@ -67,6 +82,19 @@ impl Tiles for Nvfp4 {
             hmul2_by_lo(e4m3x2_to_f16x2(qw), sp),
             hmul2_by_hi(e4m3x2_hi_to_f16x2(qw), sp),
         ]
+    }
+}
+
+impl StagedTiles for Nvfp4 {
+    const CODE_BYTES: u32 = nvfp4::TILE_CODE_BYTES as u32;
+    const SCALE_BYTES: u32 = nvfp4::TILE_SCALE_BYTES as u32;
+
+    #[inline(always)]
+    unsafe fn load_shared(codes: Smem, scales: Smem) -> Self::Lane {
+        (
+            codes.add(lane() * 16).ld_v4(),
+            scales.add(lane() / 4 * 8).ld_v2(),
+        )
     }
 }
 

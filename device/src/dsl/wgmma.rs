@@ -1,0 +1,113 @@
+//! Hopper (sm_90a) asynchronous copies and warpgroup tensor-core products: `cp.async` into
+//! shared memory, and `wgmma.mma_async` with the A operand in registers and B described in
+//! shared memory.
+//!
+//! A warpgroup is four consecutive warps (threads `128·w .. 128·w + 127`); `wgmma` runs on all
+//! four at once, each warp holding 16 of the 64 rows of A and of D. Per warp, the A fragment of
+//! an `m64nNk16` product has the layout of an `mma.m16n8k16` A fragment (see
+//! [`super::mma_bf16_f32`]) and D is `N / 8` `m16n8` C fragments side by side: `d[4f + i]` is
+//! row `g + 8·(i / 2)`, column `8f + 2t + i % 2` (lane `g = lane/4`, `t = lane%4`).
+use core::arch::asm;
+
+/// `cp.async.cg.shared.global`: copies 16 bytes from global `src` to shared `dst` without
+/// passing through registers; with `src_bytes = 0` it writes 16 zero bytes and reads nothing.
+/// Completes at a later [`cp_async_wait`] of the group it was committed in.
+///
+/// # Safety
+/// `dst` must be 16-byte aligned inside the launch's shared memory; with `src_bytes = 16`,
+/// `src` must be 16 readable, 16-byte-aligned global bytes.
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: super::Smem, src: *const u8, src_bytes: u32) {
+    asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
+/// `cp.async.commit_group`: closes the group of this thread's copies issued since the last one.
+#[inline(always)]
+pub fn cp_async_commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.wait_group N`: waits until at most `N` of this thread's committed groups are
+/// still pending. Other threads' copies need a barrier after it to be visible.
+#[inline(always)]
+pub fn cp_async_wait<const N: u32>() {
+    // SAFETY: no operands besides the immediate.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
+
+/// `fence.proxy.async.shared::cta`: makes this thread's shared-memory writes (ordinary stores
+/// and completed `cp.async`) visible to the async proxy that `wgmma` reads through.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    // SAFETY: no operands.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// `wgmma.fence`: orders this warp's earlier register writes (A fragments, accumulators)
+/// before the `wgmma`s that follow. Warpgroup-wide.
+#[inline(always)]
+pub fn wgmma_fence() {
+    // SAFETY: no operands; callers run it with the whole warpgroup converged.
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.commit_group`: closes the group of `wgmma`s issued since the last one.
+#[inline(always)]
+pub fn wgmma_commit() {
+    // SAFETY: as wgmma_fence.
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.wait_group N`: waits until at most `N` committed groups are pending; after
+/// `wgmma_wait::<0>()` the accumulators may be read and the shared memory they read reused.
+#[inline(always)]
+pub fn wgmma_wait<const N: u32>() {
+    // SAFETY: as wgmma_fence.
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+}
+
+/// A shared-memory matrix descriptor for a K-major bf16 operand in the 128-byte swizzle: rows
+/// of 64 values (128 bytes) at a 128-byte stride, 16-byte chunk `c` of row `r` stored at chunk
+/// `c ^ (r % 8)`, eight-row groups 1024 bytes apart; `at` is the first row's address plus
+/// `2·k0` for the 16 columns starting at `k0` (the group must be 1024-byte aligned).
+#[inline(always)]
+pub fn desc_k128b(at: super::Smem) -> u64 {
+    ((at.0 as u64 & 0x3FFFF) >> 4) | (1 << 16) | ((1024u64 >> 4) << 32) | (1 << 62)
+}
+
+/// `D += A·B` on the warpgroup: `wgmma.mma_async…m64n128k16.f32.bf16.bf16`, A (64×16, this
+/// warp's 16 rows) in `a`, B (16×128) from shared memory by `desc` (see [`desc_k128b`]), D
+/// (this warp's 16×128, f32) in `acc`. Asynchronous: `acc` holds the result only after a
+/// [`wgmma_commit`] and [`wgmma_wait`]; precede it by [`wgmma_fence`] when `a` or `acc` were
+/// written since the last `wgmma`.
+#[inline(always)]
+pub fn wgmma_m64n128k16_bf16(acc: &mut [f32; 64], a: [u32; 4], desc: u64) {
+    // SAFETY: a warpgroup-wide tensor-core op on registers and the shared memory `desc`
+    // names; callers run it with the whole warpgroup converged and the memory staged.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.b32 p, {one}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {desc}, p, 1, 1, 0; }}",
+            d0 = inout(reg32) acc[0], d1 = inout(reg32) acc[1], d2 = inout(reg32) acc[2], d3 = inout(reg32) acc[3],
+            d4 = inout(reg32) acc[4], d5 = inout(reg32) acc[5], d6 = inout(reg32) acc[6], d7 = inout(reg32) acc[7],
+            d8 = inout(reg32) acc[8], d9 = inout(reg32) acc[9], d10 = inout(reg32) acc[10], d11 = inout(reg32) acc[11],
+            d12 = inout(reg32) acc[12], d13 = inout(reg32) acc[13], d14 = inout(reg32) acc[14], d15 = inout(reg32) acc[15],
+            d16 = inout(reg32) acc[16], d17 = inout(reg32) acc[17], d18 = inout(reg32) acc[18], d19 = inout(reg32) acc[19],
+            d20 = inout(reg32) acc[20], d21 = inout(reg32) acc[21], d22 = inout(reg32) acc[22], d23 = inout(reg32) acc[23],
+            d24 = inout(reg32) acc[24], d25 = inout(reg32) acc[25], d26 = inout(reg32) acc[26], d27 = inout(reg32) acc[27],
+            d28 = inout(reg32) acc[28], d29 = inout(reg32) acc[29], d30 = inout(reg32) acc[30], d31 = inout(reg32) acc[31],
+            d32 = inout(reg32) acc[32], d33 = inout(reg32) acc[33], d34 = inout(reg32) acc[34], d35 = inout(reg32) acc[35],
+            d36 = inout(reg32) acc[36], d37 = inout(reg32) acc[37], d38 = inout(reg32) acc[38], d39 = inout(reg32) acc[39],
+            d40 = inout(reg32) acc[40], d41 = inout(reg32) acc[41], d42 = inout(reg32) acc[42], d43 = inout(reg32) acc[43],
+            d44 = inout(reg32) acc[44], d45 = inout(reg32) acc[45], d46 = inout(reg32) acc[46], d47 = inout(reg32) acc[47],
+            d48 = inout(reg32) acc[48], d49 = inout(reg32) acc[49], d50 = inout(reg32) acc[50], d51 = inout(reg32) acc[51],
+            d52 = inout(reg32) acc[52], d53 = inout(reg32) acc[53], d54 = inout(reg32) acc[54], d55 = inout(reg32) acc[55],
+            d56 = inout(reg32) acc[56], d57 = inout(reg32) acc[57], d58 = inout(reg32) acc[58], d59 = inout(reg32) acc[59],
+            d60 = inout(reg32) acc[60], d61 = inout(reg32) acc[61], d62 = inout(reg32) acc[62], d63 = inout(reg32) acc[63],
+            a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+            desc = in(reg64) desc,
+            one = in(reg32) 1u32,
+            options(nostack)
+        );
+    }
+}

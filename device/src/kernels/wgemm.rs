@@ -1,0 +1,244 @@
+//! Prefill GEMM on Hopper's warpgroup tensor cores (`wgmma`, sm_90a): `Y[t] = W·X[t]` for many
+//! tokens, generic over the staged weight formats ([`StagedTiles`]).
+//!
+//! A block is two warpgroups (256 threads) over 128 rows × [`GEMM_WG_TOKENS`] tokens; each warp
+//! owns one 16-row tile. Per 64-column chunk, `cp.async` stages the block's activations (bf16,
+//! K-major, 128-byte swizzle: the `wgmma` B operand) and the raw weight tiles in shared memory,
+//! [`GEMM_WG_STAGES`] chunks deep. Each lane dequantizes its share of its tile into bf16 A
+//! fragments in registers (16 columns at a time) and one `wgmma.m64n128k16` per projection
+//! multiplies them with all 128 tokens. The products are asynchronous: the lane dequantizes the
+//! next 16 columns while the tensor cores work; a chunk's products complete before the next
+//! chunk starts, so a stage is refilled right after the chunk that read it. The dual kernel (gate+up) applies the
+//! activation in its epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
+use super::elementwise::gelu_tanh;
+use super::gemm::reduce_splits;
+use super::gemv::silu;
+use super::tiles::{Nvfp4, StagedTiles, Tiles};
+use crate::dsl::*;
+use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
+use crate::params::{
+    gemm_wg_stage_bytes, GemmParams, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
+};
+
+/// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
+const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
+
+/// The bf16 A-fragments of step `j` of a chunk (the f16 ones converted; exact for NVFP4).
+#[inline(always)]
+fn bf16_fragments<T: Tiles>(l: &T::Lane, j: u32) -> [u32; 4] {
+    let f = T::fragments(l, j);
+    [
+        f16x2_to_bf16x2(f[0]),
+        f16x2_to_bf16x2(f[1]),
+        f16x2_to_bf16x2(f[2]),
+        f16x2_to_bf16x2(f[3]),
+    ]
+}
+
+/// Issues this thread's share of the copies of chunk `c` into stage `st`: the activation
+/// chunk (16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`; zeros past the last
+/// token) and every projection's 8 tiles (zeros past the last row tile).
+#[inline(always)]
+unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(p: &GemmParams, st: Smem, c: u32) {
+    let tid = thread_x();
+    let tok0 = block_y() * GEMM_WG_TOKENS;
+    let k_tiles = p.k / TILE_K as u32;
+    unroll4!(Q, 0 => {
+        let v = tid + 256 * Q as u32;
+        if v < GEMM_WG_TOKENS * 8 {
+            let (t, kg) = (v / 8, v % 8);
+            let tok = tok0 + t;
+            let ok = tok < p.tokens;
+            let src = (p.x as *const u8)
+                .add(((if ok { tok } else { 0 } * p.k + c * TILE_K as u32 + kg * 8) * 2) as usize);
+            cp_async_16(st.add(t * 128 + ((kg ^ (t % 8)) * 16)), src, if ok { 16 } else { 0 });
+        }
+    });
+    let rt0 = block_x() * (GEMM_WG_ROWS / TILE_ROWS as u32);
+    let row_tiles = p.n / TILE_ROWS as u32;
+    let proj = if DUAL { 2 } else { 1 };
+    let codes = st.add(X_BYTES);
+    let scales = codes.add(proj * 8 * T::CODE_BYTES);
+    for pj in 0..proj {
+        let (w, s) = if pj == 0 { (p.w0, p.s0) } else { (p.w1, p.s1) };
+        let mut v = tid;
+        while v < 8 * T::CODE_BYTES / 16 {
+            let (tile, part) = (v / (T::CODE_BYTES / 16), v % (T::CODE_BYTES / 16));
+            let ok = rt0 + tile < row_tiles;
+            let at = if ok { (rt0 + tile) * k_tiles + c } else { 0 } as usize;
+            let src = (w as *const u8).add(at * T::CODE_BYTES as usize + part as usize * 16);
+            cp_async_16(
+                codes.add((pj * 8 + tile) * T::CODE_BYTES + part * 16),
+                src,
+                if ok { 16 } else { 0 },
+            );
+            v += 256;
+        }
+        let mut v = tid;
+        while v < 8 * T::SCALE_BYTES / 16 {
+            let (tile, part) = (v / (T::SCALE_BYTES / 16), v % (T::SCALE_BYTES / 16));
+            let ok = rt0 + tile < row_tiles;
+            let at = if ok { (rt0 + tile) * k_tiles + c } else { 0 } as usize;
+            let src = (s as *const u8).add(at * T::SCALE_BYTES as usize + part as usize * 16);
+            cp_async_16(
+                scales.add((pj * 8 + tile) * T::SCALE_BYTES + part * 16),
+                src,
+                if ok { 16 } else { 0 },
+            );
+            v += 256;
+        }
+    }
+}
+
+/// Where a block's chunks live: stage size, first chunk, chunk count.
+struct Pipe {
+    stage_bytes: u32,
+    c_begin: u32,
+    chunks: u32,
+}
+
+impl Pipe {
+    /// The stage of the block's chunk `i`.
+    #[inline(always)]
+    fn stage(&self, i: u32) -> Smem {
+        Smem((Smem::base().0 + 1023) & !1023).add((i % GEMM_WG_STAGES) * self.stage_bytes)
+    }
+}
+
+/// The block's chunk `i`: wait for its stage, refill the one chunk `i − 1` used, multiply, and
+/// wait for the products. Each chunk's `wgmma`s overlap the dequantization of its next 16
+/// columns; none stays in flight across chunks (ptxas would serialize them all: its C7515).
+#[inline(always)]
+unsafe fn run_chunk<T: StagedTiles, const DUAL: bool>(
+    p: &GemmParams,
+    pipe: &Pipe,
+    i: u32,
+    acc0: &mut [f32; 64],
+    acc1: &mut [f32; 64],
+) {
+    let proj = if DUAL { 2 } else { 1 };
+    let warp = warp_id();
+    // Chunk i's copies (this thread's) have landed; then, block-wide, everyone's have, and
+    // every warpgroup's products of chunk i − 1 have completed.
+    cp_async_wait::<{ GEMM_WG_STAGES - 2 }>();
+    fence_proxy_async();
+    sync_threads();
+    if i + GEMM_WG_STAGES - 1 < pipe.chunks {
+        let j = i + GEMM_WG_STAGES - 1;
+        stage_chunk::<T, DUAL>(p, pipe.stage(j), pipe.c_begin + j);
+    }
+    cp_async_commit();
+    let st = pipe.stage(i);
+    let codes = st.add(X_BYTES);
+    let scales = codes.add(proj * 8 * T::CODE_BYTES);
+    let l0 = T::load_shared(
+        codes.add(warp * T::CODE_BYTES),
+        scales.add(warp * T::SCALE_BYTES),
+    );
+    let l1 = if DUAL {
+        T::load_shared(
+            codes.add((8 + warp) * T::CODE_BYTES),
+            scales.add((8 + warp) * T::SCALE_BYTES),
+        )
+    } else {
+        l0
+    };
+    unroll4!(J, 0 => {
+        let j = J as u32;
+        let f0 = bf16_fragments::<T>(&l0, j);
+        let f1 = if DUAL { bf16_fragments::<T>(&l1, j) } else { f0 };
+        let desc = desc_k128b(st.add(32 * j));
+        wgmma_fence();
+        wgmma_m64n128k16_bf16(acc0, f0, desc);
+        if DUAL {
+            wgmma_m64n128k16_bf16(acc1, f1, desc);
+        }
+    });
+    wgmma_commit();
+    wgmma_wait::<0>();
+}
+
+#[inline(always)]
+unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
+    let stage_bytes = gemm_wg_stage_bytes(DUAL, T::CODE_BYTES, T::SCALE_BYTES);
+    let warp = warp_id();
+    let k_tiles = p.k / TILE_K as u32;
+    let split = SPLIT && !DUAL && p.splits > 1;
+    let (c_begin, c_end) = if split {
+        let c0 = block_z() * p.chunks_per_split;
+        (c0, (c0 + p.chunks_per_split).min(k_tiles))
+    } else {
+        (0, k_tiles)
+    };
+    let pipe = Pipe {
+        stage_bytes,
+        c_begin,
+        chunks: c_end - c_begin,
+    };
+    // Prologue: the first STAGES − 1 chunks in flight (one group per chunk, empty past the end,
+    // so that the group count stays uniform).
+    for i in 0..GEMM_WG_STAGES - 1 {
+        if i < pipe.chunks {
+            stage_chunk::<T, DUAL>(p, pipe.stage(i), c_begin + i);
+        }
+        cp_async_commit();
+    }
+    let mut acc0 = [0.0f32; 64];
+    let mut acc1 = [0.0f32; 64];
+    for i in 0..pipe.chunks {
+        run_chunk::<T, DUAL>(p, &pipe, i, &mut acc0, &mut acc1);
+    }
+    cp_async_wait::<0>();
+    let (s0, s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
+    let (g, tq) = (lane() / 4, lane() % 4);
+    let row_tile = block_x() * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
+    let tok0 = block_y() * GEMM_WG_TOKENS;
+    if row_tile < p.n / TILE_ROWS as u32 {
+        unroll16!(F => {
+            unroll4!(I, 0 => {
+                let tok = tok0 + 8 * F as u32 + 2 * tq + (I as u32 & 1);
+                let row = row_tile * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
+                let y0 = acc0[4 * F + I] * s0;
+                let y = if DUAL {
+                    let y1 = acc1[4 * F + I] * s1;
+                    (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
+                } else {
+                    y0
+                };
+                if tok < p.tokens {
+                    if split {
+                        let at = (block_z() * p.tokens + tok) * p.n + row;
+                        *(p.ws as *mut f32).add(at as usize) = y;
+                    } else {
+                        *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(y);
+                    }
+                }
+            });
+        });
+    }
+    if split {
+        reduce_splits(p, GEMM_WG_ROWS, GEMM_WG_TOKENS);
+    }
+}
+
+/// Prefill gate+up over the `_t` copies with the activation fused: bf16 `act(g)·u` out.
+/// Block: 256 threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens; shared memory
+/// `gemm_wg_smem_bytes(true, 512, 64)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
+    wgemm::<Nvfp4, true, false>(&p)
+}
+
+/// Prefill down projection over the `_t` copies: bf16 out. Block as the gate+up kernel's;
+/// shared memory `gemm_wg_smem_bytes(false, 512, 64)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
+    wgemm::<Nvfp4, false, false>(&p)
+}
+
+/// `gemm_nvfp4_t_down` with K split over `blockIdx.z` (`GemmParams::splits`): a small grid's
+/// launch.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
+    wgemm::<Nvfp4, false, true>(&p)
+}
