@@ -33,7 +33,7 @@ pub mod tp;
 
 pub use error::{Error, Result};
 
-/// The PTX of every kernel, built from `device/` by build.rs (sm_90, PTX ISA 8.0).
+/// The PTX of every kernel, built from `device/` by build.rs (sm_90a, PTX ISA 8.0).
 pub const PTX: &str = include_str!(env!("DENSEFFN_PTX"));
 
 /// The CUDA backend when a GPU and driver are present, else the CPU reference (with the reason).

@@ -97,7 +97,11 @@ fn prefill_splits_k_of_a_small_down_grid() {
     );
     assert!(rel_l2(&got, &want[..65 * h]) < 1e-2);
     let shape = gemm_shape("gemm_nvfp4_t_down", false);
-    let grid = ((h as u32).div_ceil(shape.rows), 65u32.div_ceil(shape.tokens), 1);
+    let grid = (
+        (h as u32).div_ceil(shape.rows),
+        65u32.div_ceil(shape.tokens),
+        1,
+    );
     assert_eq!(cpu.last_grid("gemm_nvfp4_t_down"), Some(grid));
     assert_eq!(layer.prefill_kernels(65)[1], "gemm_nvfp4_t_down");
 }
