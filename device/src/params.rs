@@ -331,13 +331,25 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
     GEMM_WG_STAGES * gemm_wg_stage_bytes(dual, code_bytes, scale_bytes) + 1024
 }
 
-/// The prefill GEMM entry points built on `wgmma` (sm_90a; `kernels::wgemm`); the others are
-/// the `mma.sync` family ([`GEMM_ROWS_PER_BLOCK`] × [`gemm_tokens_per_block`]).
-pub const GEMM_WG_KERNELS: [&str; 3] = [
-    "gemm_nvfp4_t_gate_up_act",
-    "gemm_nvfp4_t_down",
-    "gemm_nvfp4_t_down_splitk",
-];
+/// The prefill GEMM families built on `wgmma` (sm_90a; `kernels::wgemm`), by entry-point prefix,
+/// with their tiles' code and scale bytes; the others (the NVFP4 `_lora` GEMMs) are the
+/// `mma.sync` family ([`GEMM_ROWS_PER_BLOCK`] × [`gemm_tokens_per_block`]).
+pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 6] = {
+    use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
+    use crate::formats::tiles::TileFormat;
+    const fn f(prefix: &'static str, t: TileFormat) -> (&'static str, u32, u32) {
+        (prefix, t.code_bytes() as u32, t.scale_bytes() as u32)
+    }
+    let nvfp4 = (TILE_CODE_BYTES as u32, TILE_SCALE_BYTES as u32);
+    [
+        ("gemm_nvfp4_t_gate_up_act", nvfp4.0, nvfp4.1),
+        ("gemm_nvfp4_t_down", nvfp4.0, nvfp4.1),
+        f("bf16_gemm", TileFormat::F16),
+        f("w8a16_gemm", TileFormat::Fp8),
+        f("q2_0_gemm", TileFormat::Q2),
+        f("q4k_gemm", TileFormat::Q4k),
+    ]
+};
 
 /// How a prefill GEMM entry point is launched: rows and tokens per block (grid
 /// `(ceil(n / rows), ceil(tokens / tokens), splits)`, 256 threads) and its dynamic shared memory.
@@ -354,22 +366,20 @@ pub struct GemmShape {
 /// The launch shape of prefill GEMM `kernel` (`dual`: gate+up). Host side only.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn gemm_shape(kernel: &str, dual: bool) -> GemmShape {
-    if GEMM_WG_KERNELS.contains(&kernel) {
-        let (cb, sb) = (
-            crate::formats::nvfp4::TILE_CODE_BYTES as u32,
-            crate::formats::nvfp4::TILE_SCALE_BYTES as u32,
-        );
-        GemmShape {
+    let wg = GEMM_WG_FAMILIES
+        .iter()
+        .find(|(prefix, ..)| kernel.starts_with(prefix));
+    match wg {
+        Some(&(_, cb, sb)) => GemmShape {
             rows: GEMM_WG_ROWS,
             tokens: GEMM_WG_TOKENS,
             smem: gemm_wg_smem_bytes(dual, cb, sb),
-        }
-    } else {
-        GemmShape {
+        },
+        None => GemmShape {
             rows: GEMM_ROWS_PER_BLOCK,
             tokens: gemm_tokens_per_block(dual),
             smem: gemm_smem_bytes(dual),
-        }
+        },
     }
 }
 

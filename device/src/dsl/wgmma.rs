@@ -21,6 +21,16 @@ pub unsafe fn cp_async_16(dst: super::Smem, src: *const u8, src_bytes: u32) {
     asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
 }
 
+/// `cp.async.ca.shared.global` of 4 bytes (`src_bytes` 4, or 0 for zeros), as
+/// [`cp_async_16`].
+///
+/// # Safety
+/// As [`cp_async_16`], 4-byte aligned.
+#[inline(always)]
+pub unsafe fn cp_async_4(dst: super::Smem, src: *const u8, src_bytes: u32) {
+    asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};", d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
 /// `cp.async.commit_group`: closes the group of this thread's copies issued since the last one.
 #[inline(always)]
 pub fn cp_async_commit() {

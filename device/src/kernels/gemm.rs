@@ -11,7 +11,7 @@
 //! epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
-use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
+use super::tiles::{Nvfp4, Tiles};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{
@@ -255,34 +255,3 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_gate_up_act(p: GemmParams) {
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_down(p: GemmParams) {
     gemm::<Nvfp4, false, { GEMM_SINGLE_NF as usize }, true, false>(&p)
 }
-
-/// Declares the overlay prefill entry points of one tiled format: `<prefix>_gate_up_act` (gate
-/// and up with the activation fused, bf16 `act(g)·u` out), `<prefix>` (one projection) and
-/// `<prefix>_splitk` (one projection, K split).
-macro_rules! overlay_gemm {
-    ($tiles:ty, $dual:ident, $single:ident, $splitk:ident) => {
-        /// Prefill gate+up with the activation fused: bf16 `act(g)·u` out. Block: 256 rows ×
-        /// `8·GEMM_DUAL_NF` tokens.
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
-            gemm::<$tiles, true, { GEMM_DUAL_NF as usize }, false, false>(&p)
-        }
-
-        /// Prefill single projection: bf16 out. Block: 256 rows × `8·GEMM_SINGLE_NF` tokens.
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
-            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false, false>(&p)
-        }
-
-        /// The single projection with K split over `blockIdx.z` (`GemmParams::splits`).
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $splitk(p: GemmParams) {
-            gemm::<$tiles, false, { GEMM_SINGLE_NF as usize }, false, true>(&p)
-        }
-    };
-}
-
-overlay_gemm!(F16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
-overlay_gemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
-overlay_gemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
-overlay_gemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);

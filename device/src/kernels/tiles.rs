@@ -32,7 +32,7 @@ pub trait Tiles {
 pub trait StagedTiles: Tiles {
     /// Bytes of codes per tile (a multiple of 16).
     const CODE_BYTES: u32;
-    /// Bytes of scales per tile (a multiple of 16).
+    /// Bytes of scales per tile (a multiple of 16, or 4: staged in 4-byte pieces).
     const SCALE_BYTES: u32;
     /// This lane's share of the tile staged at `codes` / `scales`, as [`Tiles::load`] reads it
     /// from global memory.
@@ -219,5 +219,58 @@ impl Tiles for Q4k {
             hfma2(q(2), a_lo, b_lo),
             hfma2(q(3), a_hi, b_hi),
         ]
+    }
+}
+
+impl StagedTiles for F16 {
+    const CODE_BYTES: u32 = TileFormat::F16.code_bytes() as u32;
+    const SCALE_BYTES: u32 = 0;
+
+    #[inline(always)]
+    unsafe fn load_shared(codes: Smem, _scales: Smem) -> Self::Lane {
+        let at = codes.add(lane() * 16);
+        [
+            at.ld_v4(),
+            at.add(512).ld_v4(),
+            at.add(1024).ld_v4(),
+            at.add(1536).ld_v4(),
+        ]
+    }
+}
+
+impl StagedTiles for Fp8 {
+    const CODE_BYTES: u32 = TileFormat::Fp8.code_bytes() as u32;
+    const SCALE_BYTES: u32 = TileFormat::Fp8.scale_bytes() as u32;
+
+    #[inline(always)]
+    unsafe fn load_shared(codes: Smem, scales: Smem) -> Self::Lane {
+        let at = codes.add(lane() * 16);
+        ([at.ld_v4(), at.add(512).ld_v4()], scales.ld_u32())
+    }
+}
+
+impl StagedTiles for Q2 {
+    const CODE_BYTES: u32 = TileFormat::Q2.code_bytes() as u32;
+    const SCALE_BYTES: u32 = TileFormat::Q2.scale_bytes() as u32;
+
+    #[inline(always)]
+    unsafe fn load_shared(codes: Smem, scales: Smem) -> Self::Lane {
+        (
+            codes.add(lane() * 8).ld_v2(),
+            scales.add(lane() / 4 * 4).ld_u32(),
+        )
+    }
+}
+
+impl StagedTiles for Q4k {
+    const CODE_BYTES: u32 = TileFormat::Q4k.code_bytes() as u32;
+    const SCALE_BYTES: u32 = TileFormat::Q4k.scale_bytes() as u32;
+
+    #[inline(always)]
+    unsafe fn load_shared(codes: Smem, scales: Smem) -> Self::Lane {
+        (
+            codes.add(lane() * 16).ld_v4(),
+            scales.add(lane() / 4 * 16).ld_v4(),
+        )
     }
 }

@@ -13,7 +13,7 @@
 use super::elementwise::gelu_tanh;
 use super::gemm::reduce_splits;
 use super::gemv::silu;
-use super::tiles::{Nvfp4, StagedTiles, Tiles};
+use super::tiles::{Fp8, Nvfp4, Q4k, StagedTiles, Tiles, F16, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{
@@ -74,17 +74,21 @@ unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(p: &GemmParams, st: Smem
             );
             v += 256;
         }
+        // Scales: 16-byte pieces, or 4-byte ones for a format with 4 bytes per tile (FP8).
+        let piece = if T::SCALE_BYTES % 16 == 0 { 16 } else { 4 };
         let mut v = tid;
-        while v < 8 * T::SCALE_BYTES / 16 {
-            let (tile, part) = (v / (T::SCALE_BYTES / 16), v % (T::SCALE_BYTES / 16));
+        while v < 8 * T::SCALE_BYTES / piece {
+            let (tile, part) = (v / (T::SCALE_BYTES / piece), v % (T::SCALE_BYTES / piece));
             let ok = rt0 + tile < row_tiles;
             let at = if ok { (rt0 + tile) * k_tiles + c } else { 0 } as usize;
-            let src = (s as *const u8).add(at * T::SCALE_BYTES as usize + part as usize * 16);
-            cp_async_16(
-                scales.add((pj * 8 + tile) * T::SCALE_BYTES + part * 16),
-                src,
-                if ok { 16 } else { 0 },
-            );
+            let src = (s as *const u8).add(at * T::SCALE_BYTES as usize + (part * piece) as usize);
+            let dst = scales.add((pj * 8 + tile) * T::SCALE_BYTES + part * piece);
+            let n = if ok { piece } else { 0 };
+            if piece == 16 {
+                cp_async_16(dst, src, n);
+            } else {
+                cp_async_4(dst, src, n);
+            }
             v += 256;
         }
     }
@@ -242,3 +246,33 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
     wgemm::<Nvfp4, false, true>(&p)
 }
+
+/// Declares the overlay prefill entry points of one staged format: `<prefix>_gate_up_act`
+/// (gate and up with the activation fused, bf16 `act(g)·u` out), `<prefix>` (one projection)
+/// and `<prefix>_splitk` (one projection, K split). Blocks as the NVFP4 kernels'.
+macro_rules! overlay_wgemm {
+    ($tiles:ty, $dual:ident, $single:ident, $splitk:ident) => {
+        /// Prefill gate+up with the activation fused: bf16 `act(g)·u` out.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
+            wgemm::<$tiles, true, false>(&p)
+        }
+
+        /// Prefill single projection: bf16 out.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
+            wgemm::<$tiles, false, false>(&p)
+        }
+
+        /// The single projection with K split over `blockIdx.z` (`GemmParams::splits`).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $splitk(p: GemmParams) {
+            wgemm::<$tiles, false, true>(&p)
+        }
+    };
+}
+
+overlay_wgemm!(F16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
+overlay_wgemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
+overlay_wgemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
+overlay_wgemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);
