@@ -65,7 +65,7 @@ fn prefill_splits_k_of_a_small_down_grid() {
             layer.forward_prefill(xs, n, &mut ctx, 0).unwrap(),
             130 * h,
         );
-        let shape = gemm_shape("gemm_nvfp4_t_down_splitk", false);
+        let shape = gemm_shape("gemm_nvfp4_t_down_splitk", false).unwrap();
         let grid = Some((
             (h as u32).div_ceil(shape.rows),
             (n as u32).div_ceil(shape.tokens),
@@ -96,7 +96,7 @@ fn prefill_splits_k_of_a_small_down_grid() {
         65 * h,
     );
     assert!(rel_l2(&got, &want[..65 * h]) < 1e-2);
-    let shape = gemm_shape("gemm_nvfp4_t_down", false);
+    let shape = gemm_shape("gemm_nvfp4_t_down", false).unwrap();
     let grid = (
         (h as u32).div_ceil(shape.rows),
         65u32.div_ceil(shape.tokens),

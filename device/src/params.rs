@@ -224,8 +224,7 @@ pub const PACK_SMEM_BYTES: u32 = PACK_THREADS / 32 * 4;
 /// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
 /// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With
 /// `w1 != 0` (gate+up) the epilogue writes `act(gate)·up` instead (`act`: 1 SiLU, 2 GELU-tanh).
-/// Grid: (`ceil(n / GEMM_ROWS_PER_BLOCK)`, `ceil(tokens / gemm_tokens_per_block(dual))`,
-/// `max(splits, 1)`); block: 256 threads; shared memory [`gemm_smem_bytes`]. Weights in the tiled
+/// Grid, block and shared memory: [`gemm_shape`]. Weights in the tiled
 /// layout (`formats::nvfp4`). A single-projection launch without LoRA may split K
 /// (`splits > 1`): each split writes its scaled f32 partial to `ws`, and the last block of a
 /// tile to finish (counted in `counters`) sums the partials in split order and writes the bf16
@@ -283,31 +282,6 @@ pub struct GemmParams {
 // u64 runs start at bytes 0, 72 and 112).
 unsafe impl ParamBlock for GemmParams {}
 
-/// 16-row tiles per warp of the prefill GEMM (a block is 8 warps: `128·GEMM_RT` rows).
-pub const GEMM_RT: u32 = 2;
-/// Rows per block of the prefill GEMM.
-pub const GEMM_ROWS_PER_BLOCK: u32 = 8 * 16 * GEMM_RT;
-/// Column fragments (8 tokens each) per warp of the dual gate+up GEMM.
-pub const GEMM_DUAL_NF: u32 = 4;
-/// Column fragments per warp of the single-projection GEMM.
-pub const GEMM_SINGLE_NF: u32 = 8;
-
-/// Tokens per block of a prefill GEMM kernel (`dual`: the gate+up kernel).
-pub const fn gemm_tokens_per_block(dual: bool) -> u32 {
-    8 * if dual { GEMM_DUAL_NF } else { GEMM_SINGLE_NF }
-}
-
-/// 32-bit words one token's 64 staged bf16 columns take in a prefill GEMM buffer: 32, padded
-/// to 34 so that the 16 lanes of a half-warp reading B fragments (8-byte loads of 4 tokens × 4
-/// column pairs) hit 16 distinct bank pairs instead of 4.
-pub const GEMM_TOKEN_WORDS: u32 = 34;
-
-/// Shared memory of one prefill GEMM block: two buffers of `tokens × 64` bf16 columns (each
-/// token padded to [`GEMM_TOKEN_WORDS`]).
-pub const fn gemm_smem_bytes(dual: bool) -> u32 {
-    2 * gemm_tokens_per_block(dual) * GEMM_TOKEN_WORDS * 4
-}
-
 /// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_KERNELS`]): two warpgroups of 64 rows,
 /// one `wgmma.m64n128k16` each per 16 columns.
 pub const GEMM_WG_ROWS: u32 = 128;
@@ -331,10 +305,9 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
     GEMM_WG_STAGES * gemm_wg_stage_bytes(dual, code_bytes, scale_bytes) + 1024
 }
 
-/// The prefill GEMM families built on `wgmma` (sm_90a; `kernels::wgemm`), by entry-point prefix,
-/// with their tiles' code and scale bytes; the others (the NVFP4 `_lora` GEMMs) are the
-/// `mma.sync` family ([`GEMM_ROWS_PER_BLOCK`] × [`gemm_tokens_per_block`]).
-pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 6] = {
+/// The prefill GEMM families (`wgmma`, sm_90a; `kernels::wgemm`), by entry-point prefix, with
+/// their tiles' code and scale bytes.
+pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
     use crate::formats::tiles::TileFormat;
     const fn f(prefix: &'static str, t: TileFormat) -> (&'static str, u32, u32) {
@@ -342,8 +315,7 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 6] = {
     }
     let nvfp4 = (TILE_CODE_BYTES as u32, TILE_SCALE_BYTES as u32);
     [
-        ("gemm_nvfp4_t_gate_up_act", nvfp4.0, nvfp4.1),
-        ("gemm_nvfp4_t_down", nvfp4.0, nvfp4.1),
+        ("gemm_nvfp4_t_", nvfp4.0, nvfp4.1),
         f("bf16_gemm", TileFormat::F16),
         f("w8a16_gemm", TileFormat::Fp8),
         f("q2_0_gemm", TileFormat::Q2),
@@ -363,24 +335,18 @@ pub struct GemmShape {
     pub smem: u32,
 }
 
-/// The launch shape of prefill GEMM `kernel` (`dual`: gate+up). Host side only.
+/// The launch shape of prefill GEMM `kernel` (`dual`: gate+up); `None` for a name that is no
+/// prefill GEMM. Host side only.
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn gemm_shape(kernel: &str, dual: bool) -> GemmShape {
-    let wg = GEMM_WG_FAMILIES
+pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
+    let &(_, cb, sb) = GEMM_WG_FAMILIES
         .iter()
-        .find(|(prefix, ..)| kernel.starts_with(prefix));
-    match wg {
-        Some(&(_, cb, sb)) => GemmShape {
-            rows: GEMM_WG_ROWS,
-            tokens: GEMM_WG_TOKENS,
-            smem: gemm_wg_smem_bytes(dual, cb, sb),
-        },
-        None => GemmShape {
-            rows: GEMM_ROWS_PER_BLOCK,
-            tokens: gemm_tokens_per_block(dual),
-            smem: gemm_smem_bytes(dual),
-        },
-    }
+        .find(|(prefix, ..)| kernel.starts_with(prefix))?;
+    Some(GemmShape {
+        rows: GEMM_WG_ROWS,
+        tokens: GEMM_WG_TOKENS,
+        smem: gemm_wg_smem_bytes(dual, cb, sb),
+    })
 }
 
 /// LoRA ranks are padded on the device to a multiple of this (zero rows of `A`, zero columns

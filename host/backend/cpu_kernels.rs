@@ -516,7 +516,9 @@ fn gemv_tiled(
 fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     let dual = p.w1 != 0;
     let bad = |what: String| Err(Error::Invalid(format!("{}: {what}", l.kernel)));
-    let shape = gemm_shape(l.kernel, dual);
+    let Some(shape) = gemm_shape(l.kernel, dual) else {
+        return bad("not a prefill GEMM".into());
+    };
     let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
     let splits = p.splits.max(1);
     if l.grid != (gx, gy, splits) || l.block != (256, 1, 1) || l.smem != shape.smem {

@@ -2,9 +2,8 @@
 use crate::backend::Launch;
 use denseffn_device::formats::nvfp4::TILE_K;
 use denseffn_device::params::{
-    gemm_tokens_per_block, gemv_smem_bytes, source, GemvParams, ParamBlock, GEMM_ROWS_PER_BLOCK,
-    GEMM_WG_ROWS, GEMM_WG_TOKENS, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_SMEM_PER_TOKEN_CHUNK,
-    GEMV_THREADS,
+    gemv_smem_bytes, source, GemvParams, ParamBlock, GEMM_WG_ROWS, GEMM_WG_TOKENS,
+    GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_SMEM_PER_TOKEN_CHUNK, GEMV_THREADS,
 };
 
 /// Shared memory one GEMV block may take (so four blocks fit on an SM).
@@ -183,11 +182,11 @@ pub fn gemm_splits(blocks: u32, k: usize, sm_count: u32, resident: u32) -> (u32,
 }
 
 /// f32 elements of split-K workspace that any [`gemm_splits`] plan of an `n`-row GEMM over up
-/// to `max_tokens` tokens needs: `splits × tokens × n`, at most one wave of 256 × 64 tiles.
+/// to `max_tokens` tokens needs: `splits × tokens × n`, at most one wave of
+/// `GEMM_WG_ROWS × GEMM_WG_TOKENS` tiles.
 pub fn gemm_split_ws_elems(n: usize, max_tokens: usize, sm_count: u32) -> usize {
-    let wave = (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize
-        * (GEMM_ROWS_PER_BLOCK * gemm_tokens_per_block(false)).max(GEMM_WG_ROWS * GEMM_WG_TOKENS)
-            as usize;
+    let wave =
+        (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize * (GEMM_WG_ROWS * GEMM_WG_TOKENS) as usize;
     wave.min(GEMM_MAX_SPLITS as usize * max_tokens * n)
 }
 

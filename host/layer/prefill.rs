@@ -287,7 +287,9 @@ impl DenseFfnLayer {
         stream: u64,
     ) -> Result<()> {
         let dual = p.w1 != 0;
-        let shape = gemm_shape(kernel, dual);
+        // A `_splitk` variant has its plain kernel's shape (same family).
+        let shape = gemm_shape(kernel, dual)
+            .ok_or_else(|| Error::Invalid(format!("{kernel} is not a prefill GEMM")))?;
         let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
         let mut p = *p;
         let mut kernel = kernel;
@@ -306,7 +308,7 @@ impl DenseFfnLayer {
             kernel,
             grid: (gx, gy, p.splits.max(1)),
             block: (256, 1, 1),
-            smem: gemm_shape(kernel, dual).smem,
+            smem: shape.smem,
             params: p.as_bytes(),
         };
         if p.lora_rank != 0 {
@@ -334,7 +336,9 @@ impl DenseFfnLayer {
         if !self.gpu().has_kernel(splitk) {
             return whole;
         }
-        let shape = gemm_shape(splitk, false);
+        let Some(shape) = gemm_shape(splitk, false) else {
+            return whole;
+        };
         let tiles = (n as u32).div_ceil(shape.rows) * (tokens as u32).div_ceil(shape.tokens);
         let resident = self.gpu().resident_blocks(splitk, 256, shape.smem);
         let (splits, cps) = gemm_splits(tiles, k, self.gpu().sm_count(), resident);

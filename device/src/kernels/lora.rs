@@ -250,12 +250,12 @@ pub(crate) unsafe fn gemm_delta<const RT: usize, const NF: usize>(
     p: &GemmParams,
     proj: u32,
     (rt0, row_tiles, tok0): (u32, u32, u32),
-    acc: &mut [[[f32; 4]; 8]; RT],
+    acc: &mut [[[f32; 4]; NF]; RT],
     scale: f32,
 ) {
     grid_dependency_wait();
     unroll4!(R, 0 => {
-        unroll8!(F => {
+        unroll16!(F => {
             if R < RT && F < NF {
                 for v in acc[R][F].iter_mut() {
                     *v *= scale;
@@ -268,7 +268,7 @@ pub(crate) unsafe fn gemm_delta<const RT: usize, const NF: usize>(
     let g = lane() / 4;
     // One 8-token fragment at a time over the whole rank (B fragments reloaded per fragment,
     // from L1), so few registers are live beside the accumulators.
-    unroll8!(F => {
+    unroll16!(F => {
         if F < NF {
             let tok = tok0 + 8 * F as u32 + g;
             let x = (tok < p.tokens).then(|| ax.add((tok * rank) as usize));

@@ -45,7 +45,6 @@ macro_rules! unroll4 {
 }
 
 pub mod elementwise;
-pub mod gemm;
 pub mod gemv;
 pub mod lora;
 pub mod mmq;

@@ -11,7 +11,6 @@
 //! chunk starts, so a stage is refilled right after the chunk that read it. The dual kernel (gate+up) applies the
 //! activation in its epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
-use super::gemm::reduce_splits;
 use super::gemv::silu;
 use super::tiles::{Fp8, Nvfp4, Q4k, StagedTiles, Tiles, F16, Q2};
 use crate::dsl::*;
@@ -163,11 +162,13 @@ unsafe fn run_chunk<T: StagedTiles, const DUAL: bool>(
 }
 
 #[inline(always)]
-unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
+unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA: bool>(
+    p: &GemmParams,
+) {
     let stage_bytes = gemm_wg_stage_bytes(DUAL, T::CODE_BYTES, T::SCALE_BYTES);
     let warp = warp_id();
     let k_tiles = p.k / TILE_K as u32;
-    let split = SPLIT && !DUAL && p.splits > 1;
+    let split = SPLIT && !DUAL && !LORA && p.splits > 1;
     let (c_begin, c_end) = if split {
         let c0 = block_z() * p.chunks_per_split;
         (c0, (c0 + p.chunks_per_split).min(k_tiles))
@@ -193,10 +194,25 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool>(p: &GemmPar
         run_chunk::<T, DUAL>(p, &pipe, i, &mut acc0, &mut acc1);
     }
     cp_async_wait::<0>();
-    let (s0, s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
+    let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
     let (g, tq) = (lane() / 4, lane() % 4);
     let row_tile = block_x() * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
     let tok0 = block_y() * GEMM_WG_TOKENS;
+    // LoRA (the `_lora` entry points only, so the others keep their registers): scale the
+    // accumulators now and add the `B·ax` deltas (before the activation). `acc[4f + i]` is
+    // fragment `f`'s element `i`, the `[tile][fragment][i]` shape `gemm_delta` takes.
+    if LORA && p.lora_rank != 0 {
+        let at = (row_tile, p.n / TILE_ROWS as u32, tok0);
+        let mut a: [[[f32; 4]; 16]; 1] = core::mem::transmute(acc0);
+        super::lora::gemm_delta::<1, 16>(p, 0, at, &mut a, s0);
+        acc0 = core::mem::transmute(a);
+        if DUAL {
+            let mut a: [[[f32; 4]; 16]; 1] = core::mem::transmute(acc1);
+            super::lora::gemm_delta::<1, 16>(p, 1, at, &mut a, s1);
+            acc1 = core::mem::transmute(a);
+        }
+        (s0, s1) = (1.0, 1.0);
+    }
     if row_tile < p.n / TILE_ROWS as u32 {
         unroll16!(F => {
             unroll4!(I, 0 => {
@@ -230,21 +246,62 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool>(p: &GemmPar
 /// `gemm_wg_smem_bytes(true, 512, 64)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_gate_up_act(p: GemmParams) {
-    wgemm::<Nvfp4, true, false>(&p)
+    wgemm::<Nvfp4, true, false, false>(&p)
 }
 
 /// Prefill down projection over the `_t` copies: bf16 out. Block as the gate+up kernel's;
 /// shared memory `gemm_wg_smem_bytes(false, 512, 64)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down(p: GemmParams) {
-    wgemm::<Nvfp4, false, false>(&p)
+    wgemm::<Nvfp4, false, false, false>(&p)
 }
 
 /// `gemm_nvfp4_t_down` with K split over `blockIdx.z` (`GemmParams::splits`): a small grid's
 /// launch.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
-    wgemm::<Nvfp4, false, true>(&p)
+    wgemm::<Nvfp4, false, true, false>(&p)
+}
+
+/// The last block of a split-K tile (`rows` × `tokens` outputs) to finish sums the tile's
+/// partials in split order and writes the bf16 output (the others return). The counter of the
+/// tile is back at zero after.
+#[inline(always)]
+unsafe fn reduce_splits(p: &GemmParams, rows: u32, tokens: u32) {
+    let tile = block_y() * grid_x() + block_x();
+    let counter = (p.counters as *mut u32).add(tile as usize);
+    // The staging buffers are free: the main loop ended on a barrier.
+    if !last_block_to_finish(counter, p.splits, Smem::base()) {
+        return;
+    }
+    let (row0, tok0) = (block_x() * rows, block_y() * tokens);
+    let mut i = thread_x();
+    while i < rows * tokens {
+        let (row, tok) = (row0 + i % rows, tok0 + i / rows);
+        if row < p.n && tok < p.tokens {
+            let mut sum = 0.0f32;
+            for s in 0..p.splits {
+                sum += ld_cg_f32(
+                    (p.ws as *const f32).add(((s * p.tokens + tok) * p.n + row) as usize),
+                );
+            }
+            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(sum);
+        }
+        i += 256;
+    }
+}
+
+/// `gemm_nvfp4_t_gate_up_act` with LoRA deltas: `scale·B·ax` added to gate and up before the
+/// activation (`lora_*` fields of the parameter block).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_gate_up_act(p: GemmParams) {
+    wgemm::<Nvfp4, true, false, true>(&p)
+}
+
+/// `gemm_nvfp4_t_down` with the LoRA delta of down.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_lora_down(p: GemmParams) {
+    wgemm::<Nvfp4, false, false, true>(&p)
 }
 
 /// Declares the overlay prefill entry points of one staged format: `<prefix>_gate_up_act`
@@ -255,19 +312,19 @@ macro_rules! overlay_wgemm {
         /// Prefill gate+up with the activation fused: bf16 `act(g)·u` out.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dual(p: GemmParams) {
-            wgemm::<$tiles, true, false>(&p)
+            wgemm::<$tiles, true, false, false>(&p)
         }
 
         /// Prefill single projection: bf16 out.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $single(p: GemmParams) {
-            wgemm::<$tiles, false, false>(&p)
+            wgemm::<$tiles, false, false, false>(&p)
         }
 
         /// The single projection with K split over `blockIdx.z` (`GemmParams::splits`).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $splitk(p: GemmParams) {
-            wgemm::<$tiles, false, true>(&p)
+            wgemm::<$tiles, false, true, false>(&p)
         }
     };
 }
