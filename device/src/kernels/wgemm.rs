@@ -108,31 +108,29 @@ impl Pipe {
     }
 }
 
-/// The block's chunk `i`: wait for its stage, refill the one chunk `i − 1` used, multiply, and
-/// wait for the products. Each chunk's `wgmma`s overlap the dequantization of its next 16
-/// columns; none stays in flight across chunks (ptxas would serialize them all: its C7515).
+/// Opens the block's chunk `i`: waits until its copies have landed (this thread's: at most
+/// `PENDING` later groups outstanding; then everyone's, at the barrier), refills the stage of
+/// chunk `i − 2` (whose products every warpgroup has waited for) with chunk `i + STAGES − 2`,
+/// and returns this warp's lanes of the chunk's tiles (projections 0 and 1).
 #[inline(always)]
-unsafe fn run_chunk<T: StagedTiles, const DUAL: bool>(
+unsafe fn open_chunk<T: StagedTiles, const DUAL: bool, const PENDING: u32>(
     p: &GemmParams,
     pipe: &Pipe,
     i: u32,
-    acc0: &mut [f32; 64],
-    acc1: &mut [f32; 64],
-) {
-    let proj = if DUAL { 2 } else { 1 };
-    let warp = warp_id();
-    // Chunk i's copies (this thread's) have landed; then, block-wide, everyone's have, and
-    // every warpgroup's products of chunk i − 1 have completed.
-    cp_async_wait::<{ GEMM_WG_STAGES - 2 }>();
+) -> (T::Lane, T::Lane) {
+    cp_async_wait::<PENDING>();
     fence_proxy_async();
     sync_threads();
-    if i + GEMM_WG_STAGES - 1 < pipe.chunks {
-        let j = i + GEMM_WG_STAGES - 1;
-        stage_chunk::<T, DUAL>(p, pipe.stage(j), pipe.c_begin + j);
+    if i >= 1 {
+        let j = i + GEMM_WG_STAGES - 2;
+        if j < pipe.chunks {
+            stage_chunk::<T, DUAL>(p, pipe.stage(j), pipe.c_begin + j);
+        }
+        cp_async_commit();
     }
-    cp_async_commit();
-    let st = pipe.stage(i);
-    let codes = st.add(X_BYTES);
+    let proj = if DUAL { 2 } else { 1 };
+    let warp = warp_id();
+    let codes = pipe.stage(i).add(X_BYTES);
     let scales = codes.add(proj * 8 * T::CODE_BYTES);
     let l0 = T::load_shared(
         codes.add(warp * T::CODE_BYTES),
@@ -146,10 +144,24 @@ unsafe fn run_chunk<T: StagedTiles, const DUAL: bool>(
     } else {
         l0
     };
+    (l0, l1)
+}
+
+/// Issues the products of the block's chunk `i` (its lanes `l`): per 16 columns, the A
+/// fragments dequantized while the previous `wgmma`s run, then one `wgmma` per projection.
+#[inline(always)]
+unsafe fn chunk_products<T: StagedTiles, const DUAL: bool>(
+    pipe: &Pipe,
+    i: u32,
+    l: &(T::Lane, T::Lane),
+    acc0: &mut [f32; 64],
+    acc1: &mut [f32; 64],
+) {
+    let st = pipe.stage(i);
     unroll4!(J, 0 => {
         let j = J as u32;
-        let f0 = bf16_fragments::<T>(&l0, j);
-        let f1 = if DUAL { bf16_fragments::<T>(&l1, j) } else { f0 };
+        let f0 = bf16_fragments::<T>(&l.0, j);
+        let f1 = if DUAL { bf16_fragments::<T>(&l.1, j) } else { f0 };
         let desc = desc_k128b(st.add(32 * j));
         wgmma_fence();
         wgmma_m64n128k16_bf16(acc0, f0, desc);
@@ -158,7 +170,6 @@ unsafe fn run_chunk<T: StagedTiles, const DUAL: bool>(
         }
     });
     wgmma_commit();
-    wgmma_wait::<0>();
 }
 
 #[inline(always)]
@@ -190,8 +201,16 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     }
     let mut acc0 = [0.0f32; 64];
     let mut acc1 = [0.0f32; 64];
+    // Chunk i's products run while the block opens chunk i + 1 (barrier, refill, lanes); they
+    // are waited for before chunk i + 1's are issued, so no `wgmma` is in flight across the
+    // loop (else ptxas serializes them all: its C7515).
+    let mut lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 2 }>(p, &pipe, 0);
     for i in 0..pipe.chunks {
-        run_chunk::<T, DUAL>(p, &pipe, i, &mut acc0, &mut acc1);
+        chunk_products::<T, DUAL>(&pipe, i, &lanes, &mut acc0, &mut acc1);
+        if i + 1 < pipe.chunks {
+            lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 3 }>(p, &pipe, i + 1);
+        }
+        wgmma_wait::<0>();
     }
     cp_async_wait::<0>();
     let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
