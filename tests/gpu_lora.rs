@@ -135,8 +135,9 @@ fn lora_matches_cpu_reference_on_every_path() {
 }
 
 /// Repeated calls give the same bits (the shrink's split-K sum and the fused expansion are
-/// deterministic), and a LoRA with alpha = 0 gives exactly the plain layer's outputs, as does
-/// the layer after `clear_lora`.
+/// deterministic), and a LoRA with alpha = 0 gives exactly the plain layer's outputs (within
+/// the last bf16 bit where the plain prefill splits K and the LoRA one does not), as does the
+/// layer after `clear_lora`.
 #[test]
 fn lora_is_deterministic_and_zero_deltas_equal_the_plain_layer() {
     let Some(gpu) = cuda() else { return };
@@ -161,10 +162,37 @@ fn lora_is_deterministic_and_zero_deltas_equal_the_plain_layer() {
         };
         let mut layer = host.layer(&gpu, act);
         let plain = all(&layer);
+        let split: Vec<bool> = paths
+            .iter()
+            .map(|&(p, m)| {
+                p == "prefill"
+                    && layer
+                        .prefill_kernels(m)
+                        .iter()
+                        .any(|k| k.ends_with("_splitk"))
+            })
+            .collect();
         let mut zero = lora_weights(h, i, 32, 63);
         zero.alpha = 0.0;
         layer.set_lora_weights(zero).unwrap();
-        assert_eq!(all(&layer), plain, "{act:?}: alpha = 0 changed the outputs");
+        // Bit-equal on every path but a prefill whose plain down GEMM splits K (small N): a
+        // LoRA GEMM never splits, and split partials sum in another order (last-bit
+        // differences of the bf16 output).
+        for (k, (got, want)) in all(&layer).iter().zip(&plain).enumerate() {
+            let (path, m) = paths[k];
+            if split[k] {
+                let e = rel_l2(got, want);
+                assert!(
+                    e < 4e-3,
+                    "{act:?} {path}({m}): alpha = 0 moved the outputs by {e}"
+                );
+            } else {
+                assert_eq!(
+                    got, want,
+                    "{act:?} {path}({m}): alpha = 0 changed the outputs"
+                );
+            }
+        }
         layer.set_lora_weights(lora_weights(h, i, 32, 64)).unwrap();
         let first = all(&layer);
         for (p, (a, b)) in first.iter().zip(&plain).enumerate() {
