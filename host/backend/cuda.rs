@@ -52,7 +52,8 @@ impl CudaBackend {
     }
 
     /// Device `ordinal` with the given PTX module. Fails cleanly (no panic) when there is no
-    /// driver, no device, or the module does not load.
+    /// driver, no device, a device other than compute capability 9.0 (the PTX is sm_90a), or
+    /// the module does not load.
     pub fn with_ptx(ordinal: i32, ptx: &str) -> Result<Self> {
         // SAFETY: only probes for the library; nothing is called through it if absent.
         if !unsafe { sys::is_culib_present() } {
@@ -78,6 +79,18 @@ impl CudaBackend {
         let max_smem =
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
                 as u32;
+        // The module is built for sm_90a (Hopper `wgmma`): say so instead of the driver's
+        // "no kernel image" on any other device.
+        let cc = (
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        if cc != (9, 0) {
+            return Err(Error::Unsupported(format!(
+                "{name} has compute capability {}.{}; denseffn's kernels are built for sm_90a (9.0: H100, H200)",
+                cc.0, cc.1
+            )));
+        }
         let image =
             CString::new(ptx).map_err(|_| Error::Invalid("PTX contains a NUL byte".into()))?;
         // SAFETY: image is a NUL-terminated PTX text that outlives the call.

@@ -371,7 +371,7 @@ fn open_backend(backend: BackendArg) -> denseffn::Result<Arc<dyn GpuBackend>> {
         BackendArg::Auto => {
             let (g, why) = denseffn::best_backend();
             if let Some(e) = why {
-                eprintln!("no GPU ({e}); running on the CPU reference backend");
+                eprintln!("no usable GPU ({e}); running on the CPU reference backend");
             }
             g
         }
