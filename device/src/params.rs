@@ -222,7 +222,7 @@ pub const PACK_THREADS: u32 = 256;
 pub const PACK_SMEM_BYTES: u32 = PACK_THREADS / 32 * 4;
 
 /// Parameters of the NVFP4 prefill GEMM family (`gemm_nvfp4_t_*`): `Y[t][row] = Σ_k W[row][k] ·
-/// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on bf16 tensor cores. With
+/// X[t][k]` for all `tokens`, bf16 X in, bf16 Y out, f32 accumulation on `wgmma` (bf16). With
 /// `w1 != 0` (gate+up) the epilogue writes `act(gate)·up` instead (`act`: 1 SiLU, 2 GELU-tanh).
 /// Grid, block and shared memory: [`gemm_shape`]. Weights in the tiled
 /// layout (`formats::nvfp4`). A single-projection launch without LoRA may split K

@@ -5,7 +5,7 @@
 //! per-token f32 global scale, E4M3 scale per 16, E2M1 codes), `nvfp4_mmq_gate_up_act` (gate
 //! and up as NVFP4 × NVFP4 on int8 tensor cores, `mma.m16n8k16` per 16-value group, the
 //! activation fused, bf16 `act(g)·u` out) and `gemm_nvfp4_t_down` (down on the default arm's
-//! bf16 tensor-core GEMM over down's `_t` copy: a hybrid prefill, down keeps bf16 activations
+//! `wgmma` GEMM over down's `_t` copy: a hybrid prefill, down keeps bf16 activations
 //! for accuracy).
 //!
 //! Weights: the W4A4 layout of `denseffn_device::formats::nvfp4_mmq` (ggml's `block_nvfp4`

@@ -213,7 +213,7 @@ impl DenseFfnLayer {
 
     /// Installs ternary / 2-bit Q2_0 weights, kept packed (2 bits a value plus the f16 block
     /// scales). The highest-priority path: decode, verify, km (`q2_0_gemv*`) and prefill
-    /// (`q2_0_gemm*`, a dequantize-to-bf16 tensor-core GEMM). Whether the kernels are present is
+    /// (`q2_0_gemm*`, a dequantize-to-bf16 `wgmma` GEMM). Whether the kernels are present is
     /// checked at forward time. Refused while LoRA deltas are installed (the Q2 path does not
     /// apply them).
     pub fn set_q2_weights(

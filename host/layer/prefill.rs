@@ -44,7 +44,7 @@ pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
 /// A prefill arm: one way of running the whole prefill FFN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillArm {
-    /// bf16 tensor-core GEMM over the NVFP4 `_t` copies, dequantized per 16 columns in
+    /// `wgmma` (bf16) GEMM over the NVFP4 `_t` copies, dequantized per 16 columns in
     /// registers; gate and up in one pass with the activation fused; 2 launches.
     Nvfp4TM128,
     /// The same GEMM over the Q2_0 overlay's 2-bit tiles.
