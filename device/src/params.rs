@@ -288,7 +288,9 @@ pub const GEMM_WG_ROWS: u32 = 128;
 /// Tokens per block of the Hopper prefill GEMMs (the N of one `m64n128k16`).
 pub const GEMM_WG_TOKENS: u32 = 128;
 /// Pipeline stages of the Hopper prefill GEMMs: 64-column chunks of activations and weights in
-/// flight in shared memory (`cp.async`); the copies run `GEMM_WG_STAGES − 1` chunks ahead.
+/// flight in shared memory (`cp.async`). The first `GEMM_WG_STAGES − 1` are copied before the
+/// loop; then opening chunk `i` copies chunk `i + GEMM_WG_STAGES − 2` into the stage of chunk
+/// `i − 2`, whose products are done.
 pub const GEMM_WG_STAGES: u32 = 4;
 
 /// Bytes of one stage of a Hopper prefill GEMM over tiles of `code_bytes` + `scale_bytes`: the
