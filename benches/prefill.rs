@@ -38,12 +38,14 @@ fn bench(c: &mut Criterion) {
                 layer.set_prefill_config(PrefillConfig {
                     q4k_mmq: true,
                     nvfp4_mmq: false,
+                    w8a8: false,
                 });
                 layer.finalize_q4k_load(&gpu.clone(), h, i, 0).unwrap();
             } else if arm == 2 {
                 layer.set_prefill_config(PrefillConfig {
                     q4k_mmq: false,
                     nvfp4_mmq: true,
+                    w8a8: false,
                 });
                 layer
                     .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)

@@ -22,6 +22,7 @@ const I: usize = 512;
 const ON: PrefillConfig = PrefillConfig {
     q4k_mmq: false,
     nvfp4_mmq: true,
+    w8a8: false,
 };
 
 /// The arm's finalize step, for the contract tests shared with the other MMQ arm.
@@ -326,6 +327,7 @@ fn finalize_is_a_no_op_unless_enabled() {
     layer.set_prefill_config(PrefillConfig {
         q4k_mmq: true,
         nvfp4_mmq: false,
+        w8a8: false,
     });
     layer
         .finalize_nvfp4_mmq_load(&gpu.clone(), H, I, 0)
@@ -354,6 +356,7 @@ fn finalize_is_a_no_op_unless_enabled() {
     l2.set_prefill_config(PrefillConfig {
         q4k_mmq: true,
         nvfp4_mmq: true,
+        w8a8: false,
     });
     l2.finalize_q4k_load(&gpu.clone(), H, I, 0).unwrap();
     let s2 = snapshot(&l2);
@@ -457,6 +460,7 @@ fn a_context_without_the_arms_scratch_says_so() {
     l2.set_prefill_config(PrefillConfig {
         q4k_mmq: true,
         nvfp4_mmq: false,
+        w8a8: false,
     });
     l2.finalize_q4k_load(&gpu.clone(), H, I, 0).unwrap();
     let r = l2.forward_prefill(x, 4, &mut narrow, 0);
@@ -500,6 +504,7 @@ fn dispatch_priority_with_the_w4a4_arm() {
     layer.set_prefill_config(PrefillConfig {
         q4k_mmq: true,
         nvfp4_mmq: true,
+        w8a8: false,
     });
     assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Nvfp4Mmq);
     layer.finalize_q4k_load(&gpu.clone(), H, I, 0).unwrap();

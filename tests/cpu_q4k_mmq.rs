@@ -20,6 +20,7 @@ const I: usize = 512;
 const ON: PrefillConfig = PrefillConfig {
     q4k_mmq: true,
     nvfp4_mmq: false,
+    w8a8: false,
 };
 
 /// The arm's finalize step, for the contract tests shared with the other MMQ arm.
@@ -199,6 +200,7 @@ fn finalize_is_a_no_op_unless_enabled() {
     layer.set_prefill_config(PrefillConfig {
         q4k_mmq: false,
         nvfp4_mmq: false,
+        w8a8: false,
     });
     let (fp, allocs, used, launches) = (
         layer.footprint(),

@@ -276,9 +276,12 @@ pub struct GemmParams {
     /// Split-K arrival counters, u32 per (row block, token block), `[block_y][block_x]`; zero
     /// before the launch, and zero again after it (the last block of a tile resets its own).
     pub counters: u64,
+    /// The FP8 × FP8 GEMMs (`w8a8_gemm*`) only: f32 `[tokens]`, each token's inverse activation
+    /// scale (`formats::e4m3::act_scale`); `x` then holds E4M3 `[tokens][k]` codes.
+    pub x_scales: u64,
 }
 
-// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 4 four-byte fields, 2 u64: no padding (the
+// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 4 four-byte fields, 3 u64: no padding (the
 // u64 runs start at bytes 0, 72 and 112).
 unsafe impl ParamBlock for GemmParams {}
 
@@ -325,6 +328,26 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
     ]
 };
 
+/// Columns per pipeline stage of the FP8 × FP8 prefill GEMMs (`w8a8_gemm*`,
+/// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
+pub const W8A8_STAGE_K: u32 = 128;
+
+/// Bytes of one stage of an FP8 × FP8 prefill GEMM: the activations (tokens × 128 E4M3,
+/// 128-byte swizzle), then per projection the block's 8 × 2 FP8 tiles' codes, then one 4-byte
+/// scale per row tile (its first tile's: the two tiles of a stage share their 128 × 128 block,
+/// so their scales are equal); rounded up to 1024 bytes.
+pub const fn w8a8_stage_bytes(dual: bool) -> u32 {
+    use crate::formats::tiles::TileFormat;
+    let proj = if dual { 2 } else { 1 };
+    let codes = TileFormat::Fp8.code_bytes() as u32;
+    (GEMM_WG_TOKENS * 128 + proj * 16 * codes + proj * 8 * 4).div_ceil(1024) * 1024
+}
+
+/// Dynamic shared memory of an FP8 × FP8 prefill GEMM block (stages + 1024 for alignment).
+pub const fn w8a8_smem_bytes(dual: bool) -> u32 {
+    GEMM_WG_STAGES * w8a8_stage_bytes(dual) + 1024
+}
+
 /// How a prefill GEMM entry point is launched: rows and tokens per block (grid
 /// `(ceil(n / rows), ceil(tokens / tokens), splits)`, 256 threads) and its dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -341,6 +364,13 @@ pub struct GemmShape {
 /// prefill GEMM. Host side only.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
+    if kernel.starts_with("w8a8_gemm") {
+        return Some(GemmShape {
+            rows: GEMM_WG_ROWS,
+            tokens: GEMM_WG_TOKENS,
+            smem: w8a8_smem_bytes(dual),
+        });
+    }
     let &(_, cb, sb) = GEMM_WG_FAMILIES
         .iter()
         .find(|(prefix, ..)| kernel.starts_with(prefix))?;

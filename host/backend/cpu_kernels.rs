@@ -4,12 +4,13 @@
 use super::cpu::Memory;
 use super::Launch;
 use crate::error::{Error, Result};
+use denseffn_device::formats::e4m3;
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
 use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
     gemm_shape, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams, GemvParams,
-    LoraShrinkParams, ParamBlock, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
+    LoraShrinkParams, ParamBlock, Q8Params, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
     LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
 };
 use half::{bf16, f16};
@@ -60,13 +61,16 @@ pub(crate) const KERNELS: &[&str] = &[
     "requant_nvfp4_q4k",
     "quantize_nvfp4_act",
     "nvfp4_mmq_gate_up_act",
+    "quantize_e4m3_act",
+    "w8a8_gemm_gate_up_act",
+    "w8a8_gemm",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
 fn format_of(kernel: &str) -> Format {
     match kernel.split('_').next() {
         Some("bf16") => Format::Tiled(TileFormat::F16),
-        Some("w8a16") => Format::Tiled(TileFormat::Fp8),
+        Some("w8a16") | Some("w8a8") => Format::Tiled(TileFormat::Fp8),
         Some("q2") => Format::Tiled(TileFormat::Q2),
         Some("q4k") => Format::Tiled(TileFormat::Q4k),
         _ => Format::Nvfp4,
@@ -110,6 +114,7 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         "q4k_mmq_gate_up_act" | "q4k_mmq" => super::cpu_mmq::gemm(mem, &params(l)?),
         "quantize_nvfp4_act" => super::cpu_nvfp4_mmq::quantize(mem, &params(l)?),
         "nvfp4_mmq_gate_up_act" => super::cpu_nvfp4_mmq::gemm(mem, &params(l)?),
+        "quantize_e4m3_act" => quantize_e4m3(mem, &params(l)?),
         k if k.contains("gemv") => {
             let p = params(l)?;
             gemv_schedule(mem, l, &p)?;
@@ -118,7 +123,7 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         k if k.contains("gemm") => {
             let p = params(l)?;
             gemm_schedule(mem, l, &p)?;
-            gemm(mem, &p, format_of(k))
+            gemm(mem, &p, format_of(k), k.starts_with("w8a8"))
         }
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "gelu_mul_pack" => act_pack(mem, l, &params(l)?, gelu_tanh),
@@ -345,13 +350,6 @@ fn add_lora(
     Ok(())
 }
 
-/// Checks a GEMV launch's schedule the way the kernel relies on it, though the reference
-/// computes the product without splitting K: the grid is (row groups, splits), the splits
-/// cover every 64-column chunk, the dynamic shared memory holds one split's staged activations,
-/// and with `splits > 1` the split-K workspace (`[splits][2][m][n]` f32) and the row groups'
-/// counters lie inside allocations. A packed input (`source::PACKED`) or output (`pack_out`)
-/// only on a single-projection launch, never both. A plan or a scratch size that would make
-/// the GPU skip columns or write out of bounds fails here, on the CPU, with a clear error.
 /// NaN-propagating maximum of magnitudes, as the kernels' `max.NaN`.
 pub(crate) fn amax(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |a, &x| {
@@ -363,6 +361,13 @@ pub(crate) fn amax(v: &[f32]) -> f32 {
     })
 }
 
+/// Checks a GEMV launch's schedule the way the kernel relies on it, though the reference
+/// computes the product without splitting K: the grid is (row groups, splits), the splits
+/// cover every 64-column chunk, the dynamic shared memory holds one split's staged activations,
+/// and with `splits > 1` the split-K workspace (`[splits][2][m][n]` f32) and the row groups'
+/// counters lie inside allocations. A packed input (`source::PACKED`) or output (`pack_out`)
+/// only on a single-projection launch, never both. A plan or a scratch size that would make
+/// the GPU skip columns or write out of bounds fails here, on the CPU, with a clear error.
 fn gemv_schedule(mem: &Memory, l: &Launch, p: &GemvParams) -> Result<()> {
     let (n, k, m) = (p.n, p.k, p.m);
     let k_tiles = k / TILE_K as u32;
@@ -547,14 +552,59 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     Ok(())
 }
 
-/// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out); with two projections
-/// `act(gate)·up`, rounded to bf16 as the GPU epilogue does.
-fn gemm(mem: &mut Memory, p: &GemmParams, format: Format) -> Result<()> {
+/// `quantize_e4m3_act`: per token the power-of-two scale of its largest magnitude
+/// (`e4m3::act_scale`), codes `e4m3(x·f)` in `ACT_SLOT` order, f32 inverse scales out.
+fn quantize_e4m3(mem: &mut Memory, p: &Q8Params) -> Result<()> {
+    let (t, k) = (p.tokens as usize, p.k as usize);
+    if t == 0 || k == 0 || k % 16 != 0 {
+        return Err(Error::Invalid(format!(
+            "quantize_e4m3_act: tokens={t} k={k}"
+        )));
+    }
+    let x = bf16s(mem, p.x, t * k)?;
+    let mut qs = vec![0u8; t * k];
+    let mut inv = vec![0f32; t];
+    for (tok, row) in x.chunks_exact(k).enumerate() {
+        let v: Vec<f32> = row.iter().map(|&x| x as f32).collect();
+        let (f, i) = e4m3::act_scale(amax(&v));
+        inv[tok] = i;
+        for (c, &x) in v.iter().enumerate() {
+            qs[tok * k + c / 16 * 16 + e4m3::ACT_SLOT[c % 16]] = e4m3::encode(x * f);
+        }
+    }
+    mem.write(p.qs, t * k)?.copy_from_slice(&qs);
+    mem.write(p.ds, t * 4)?
+        .copy_from_slice(bytemuck::cast_slice(&inv));
+    Ok(())
+}
+
+/// The activations a `w8a8_gemm*` launch reads: E4M3 codes (`ACT_SLOT` order) times each
+/// token's inverse scale.
+fn e4m3_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Result<Vec<f64>> {
+    let codes = mem.read(p.x, t * k)?;
+    let inv = f32s(mem, p.x_scales, t)?;
+    Ok((0..t * k)
+        .map(|i| {
+            let (tok, c) = (i / k, i % k);
+            let b = codes[tok * k + c / 16 * 16 + e4m3::ACT_SLOT[c % 16]];
+            e4m3::decode(b) as f64 * inv[tok] as f64
+        })
+        .collect())
+}
+
+/// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out; `e4m3_x`: E4M3 activations with
+/// per-token scales, the `w8a8` kernels); with two projections `act(gate)·up`, rounded to bf16
+/// as the GPU epilogue does.
+fn gemm(mem: &mut Memory, p: &GemmParams, format: Format, e4m3_x: bool) -> Result<()> {
     let (n, k, t) = (p.n as usize, p.k as usize, p.tokens as usize);
     if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || t == 0 {
         return Err(Error::Invalid(format!("gemm: n={n} k={k} tokens={t}")));
     }
-    let x = bf16s(mem, p.x, t * k)?;
+    let x = if e4m3_x {
+        e4m3_activations(mem, p, t, k)?
+    } else {
+        bf16s(mem, p.x, t * k)?
+    };
     let (cb, sb) = format.bytes(n, k);
     let proj = |mem: &Memory, w: u64, s: u64, g: f32| -> Result<Vec<f64>> {
         Ok(gemv_tiled(

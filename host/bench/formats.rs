@@ -31,14 +31,24 @@ pub const FORMATS: &[BenchFormat] = &[
     BenchFormat { name: "nvfp4_lora64", ggml: "nvfp4", install: |l, r| lora(l, r, 64), remove: DenseFfnLayer::clear_lora },
     BenchFormat { name: "q4k_mmq", ggml: "q4_K", install: q4k_mmq, remove: |l| { l.clear_overlay(OverlayKind::Q4k); l.set_prefill_config(PrefillConfig::default()) } },
     BenchFormat { name: "nvfp4_mmq", ggml: "nvfp4", install: |l, _| nvfp4_mmq(l), remove: undo_nvfp4_mmq },
+    BenchFormat { name: "fp8_w8a8", ggml: "q8_0", install: fp8_w8a8, remove: |l| { l.clear_overlay(OverlayKind::Fp8); l.set_prefill_config(PrefillConfig::default()) } },
 ];
+
+/// The FP8 overlay with the FP8 × FP8 `w8a8_gemm` prefill arm enabled (decode as `fp8`).
+fn fp8_w8a8(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
+    l.set_prefill_config(PrefillConfig {
+        w8a8: true,
+        ..PrefillConfig::default()
+    });
+    overlay(l, r, synth::fp8, DenseFfnLayer::set_fp8_weights)
+}
 
 /// The NVFP4 layer with the W4A4 `nvfp4_mmq` prefill arm enabled and finalized (decode as
 /// `nvfp4`); removing it rebuilds the gate/up `_t` copies.
 fn nvfp4_mmq(l: &mut DenseFfnLayer) -> Result<()> {
     l.set_prefill_config(PrefillConfig {
-        q4k_mmq: false,
         nvfp4_mmq: true,
+        ..PrefillConfig::default()
     });
     let (gpu, h, i) = (l.gpu().clone(), l.hidden(), l.intermediate());
     l.finalize_nvfp4_mmq_load(&gpu, h, i, 0)
@@ -48,7 +58,7 @@ fn nvfp4_mmq(l: &mut DenseFfnLayer) -> Result<()> {
 fn q4k_mmq(l: &mut DenseFfnLayer, r: &mut SmallRng) -> Result<()> {
     l.set_prefill_config(PrefillConfig {
         q4k_mmq: true,
-        nvfp4_mmq: false,
+        ..PrefillConfig::default()
     });
     overlay(l, r, synth::q4k, DenseFfnLayer::set_q4k_weights)
 }

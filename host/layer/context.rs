@@ -33,7 +33,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// when the layer has the `q4k_mmq` arm enabled, its int8 scratch: `max_tokens · max(h, i)` code
 /// bytes and 8 bytes of `(d, s)` per 32 values; when only the `nvfp4_mmq` arm is enabled, its
 /// NVFP4 activation scratch in the same buffers: `max_tokens · hidden` int8 doubled E2M1 codes
-/// and an f32 factor per 16 values. Everything is allocated here: no call allocates.
+/// and an f32 factor per 16 values; when the `w8a8_gemm` arm is enabled, the `q4k_mmq` sizes
+/// (its E4M3 codes and per-token scales fit them). Everything is allocated here: no call
+/// allocates.
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -102,7 +104,7 @@ impl ForwardContext {
             pack_scales: DeviceBuffer::alloc(gpu, pack_scales)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
             mmq: match (
-                layer.prefill_config().q4k_mmq,
+                layer.prefill_config().q4k_mmq || layer.prefill_config().w8a8,
                 layer.prefill_config().nvfp4_mmq,
             ) {
                 (true, _) => Some(super::mmq::MmqScratch::new(gpu, max_tokens, h.max(i))?),

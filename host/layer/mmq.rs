@@ -52,16 +52,21 @@ pub struct PrefillConfig {
     /// holds W4A4 copies of gate and up ([`DenseFfnLayer::finalize_nvfp4_mmq_load`]) and down's
     /// `_t` copy. Also makes [`super::ForwardContext::new`] allocate the arm's scratch.
     pub nvfp4_mmq: bool,
+    /// Enable the FP8 × FP8 arm (`w8a8_gemm`) of a layer with an FP8 overlay: activations
+    /// quantized per token to E4M3 on the FP8 tensor cores instead of the W8A16 GEMM
+    /// (`super::w8a8`). Also makes [`super::ForwardContext::new`] allocate its scratch.
+    pub w8a8: bool,
 }
 
 impl PrefillConfig {
-    /// `q4k_mmq` from `DENSEFFN_FFN_MMQ`, `nvfp4_mmq` from `DENSEFFN_FFN_NVFP4_MMQ` (`1`
-    /// enables it; anything else, or unset, does not).
+    /// `q4k_mmq` from `DENSEFFN_FFN_MMQ`, `nvfp4_mmq` from `DENSEFFN_FFN_NVFP4_MMQ`, `w8a8`
+    /// from `DENSEFFN_FFN_W8A8` (`1` enables it; anything else, or unset, does not).
     pub fn from_env() -> Self {
         let on = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "1");
         PrefillConfig {
             q4k_mmq: on(MMQ_ENV),
             nvfp4_mmq: on(super::NVFP4_MMQ_ENV),
+            w8a8: on(super::W8A8_ENV),
         }
     }
 }

@@ -8,6 +8,7 @@ mod nvfp4_mmq;
 mod overlay;
 pub mod plan;
 mod prefill;
+mod w8a8;
 mod weights;
 
 pub use context::{ForwardContext, MAX_GEMV_TOKENS};
@@ -22,6 +23,7 @@ pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
 pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
+pub use w8a8::{kernels as w8a8_kernels, W8A8_ENV};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
 use crate::backend::{DevicePtr, GpuBackend, Launch};

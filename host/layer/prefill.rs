@@ -7,7 +7,8 @@
 //! | 1 | `q2_0_gemm` | a Q2_0 overlay is installed | `q2_0_gemm_gate_up_act`, `q2_0_gemm` |
 //! | 2a | `q4k_mmq` | native Q4_K weights are installed, the MMQ arm is enabled and they have MMQ copies | `quantize_q8_32`, `q4k_mmq_gate_up_act`, `quantize_q8_32`, `q4k_mmq` |
 //! | 2b | `q4k_gemm` | native Q4_K weights are installed | `q4k_gemm_gate_up_act`, `q4k_gemm` |
-//! | 3 | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
+//! | 3a | `w8a8_gemm` | an FP8 overlay is installed and the FP8 × FP8 arm is enabled | `quantize_e4m3_act`, `w8a8_gemm_gate_up_act`, `quantize_e4m3_act`, `w8a8_gemm` |
+//! | 3b | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
 //! | 4a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
 //! | 4b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
 //! | 5a | `q4k_mmq` | no overlay, the MMQ arm is enabled and `finalize_q4k_load` made the Q4_K copies | as 2a |
@@ -18,6 +19,10 @@
 //! The MMQ arm (`q4k_mmq`, `super::mmq`) is enabled by `PrefillConfig::q4k_mmq` or
 //! `DENSEFFN_FFN_MMQ=1`; it quantizes activations per 32 to int8 and multiplies on integer
 //! tensor cores: 4 launches (quantize, gate+up with the activation fused, quantize, down), any N.
+//!
+//! The FP8 × FP8 arm (`w8a8_gemm`, `super::w8a8`) is enabled by `PrefillConfig::w8a8` or
+//! `DENSEFFN_FFN_W8A8=1`: activations quantized per token to E4M3 (power-of-two scale), gate+up
+//! and down on the FP8 tensor cores over the FP8 overlay's tiles: 4 launches, any N.
 //!
 //! The W4A4 arm (`nvfp4_mmq`, `super::nvfp4_mmq`) is enabled by `PrefillConfig::nvfp4_mmq` or
 //! `DENSEFFN_FFN_NVFP4_MMQ=1`: activations quantized per token to NVFP4, gate+up NVFP4 × NVFP4
@@ -53,6 +58,10 @@ pub enum PrefillArm {
     Q4kGemm,
     /// The same GEMM over the FP8 overlay's E4M3 tiles (W8A16).
     Fp8Gemm,
+    /// FP8 × FP8 over the FP8 overlay's tiles: activations quantized per token to E4M3,
+    /// `wgmma` e4m3 products; quantize, gate+up with the activation fused, quantize, down;
+    /// 4 launches.
+    W8a8Gemm,
     /// The same GEMM over the BF16 overlay's f16 tiles.
     Bf16Gemm,
     /// Int8 activations × Q4_K MMQ copies on integer tensor cores (`mma.m16n8k32` s8): quantize,
@@ -74,6 +83,7 @@ impl PrefillArm {
             PrefillArm::Q2Gemm => "q2_0_gemm",
             PrefillArm::Q4kGemm => "q4k_gemm",
             PrefillArm::Fp8Gemm => "w8a16_gemm",
+            PrefillArm::W8a8Gemm => "w8a8_gemm",
             PrefillArm::Bf16Gemm => "bf16_gemm",
             PrefillArm::Bf16GemvM8 => "bf16_gemv_m8",
             PrefillArm::Q4kMmq => "q4k_mmq",
@@ -98,6 +108,7 @@ impl PrefillArm {
                 super::mmq_kernels::DOWN,
             ],
             PrefillArm::Nvfp4Mmq => &super::nvfp4_mmq_kernels::ALL,
+            PrefillArm::W8a8Gemm => &super::w8a8_kernels::ALL,
         }
     }
 }
@@ -144,6 +155,9 @@ impl DenseFfnLayer {
             Some(OverlayKind::Q2) => return Ok(PrefillArm::Q2Gemm),
             Some(OverlayKind::Q4k) if mmq => return Ok(PrefillArm::Q4kMmq),
             Some(OverlayKind::Q4k) => return Ok(PrefillArm::Q4kGemm),
+            Some(OverlayKind::Fp8) if self.prefill_config().w8a8 => {
+                return Ok(PrefillArm::W8a8Gemm)
+            }
             Some(OverlayKind::Fp8) => return Ok(PrefillArm::Fp8Gemm),
             Some(OverlayKind::Bf16) => return Ok(PrefillArm::Bf16Gemm),
             None => {}
@@ -194,6 +208,8 @@ impl DenseFfnLayer {
             self.prefill_mmq(input, num_tokens, ctx, stream)?;
         } else if arm == PrefillArm::Nvfp4Mmq {
             self.prefill_nvfp4_mmq(input, num_tokens, ctx, stream)?;
+        } else if arm == PrefillArm::W8a8Gemm {
+            self.prefill_w8a8(input, num_tokens, ctx, stream)?;
         } else {
             let (gate, up, down) = self.prefill_weights(arm)?;
             self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
@@ -218,7 +234,7 @@ impl DenseFfnLayer {
         match arm {
             PrefillArm::Q2Gemm => overlay(OverlayKind::Q2),
             PrefillArm::Q4kGemm => overlay(OverlayKind::Q4k),
-            PrefillArm::Fp8Gemm => overlay(OverlayKind::Fp8),
+            PrefillArm::Fp8Gemm | PrefillArm::W8a8Gemm => overlay(OverlayKind::Fp8),
             PrefillArm::Bf16Gemm | PrefillArm::Bf16GemvM8 => overlay(OverlayKind::Bf16),
             PrefillArm::Q4kMmq | PrefillArm::Nvfp4Mmq => Err(Error::Unsupported(format!(
                 "prefill: the {} arm reads MMQ copies, not tiles",

@@ -386,6 +386,7 @@ fn launch_every_path(
         let on = denseffn::layer::PrefillConfig {
             q4k_mmq: true,
             nvfp4_mmq: false,
+            w8a8: false,
         };
         for native in [false, true] {
             let mut layer = host.layer(gpu, act);
@@ -405,11 +406,27 @@ fn launch_every_path(
             }
             gpu.synchronize(0).unwrap();
         }
+        // The FP8 × FP8 arm: an FP8 overlay with it enabled.
+        let mut layer = host.layer(gpu, act);
+        layer.set_prefill_config(denseffn::layer::PrefillConfig {
+            w8a8: true,
+            ..Default::default()
+        });
+        OverlayHost::random(OverlayKind::Fp8, h, i, 105)
+            .install(&mut layer)
+            .unwrap();
+        let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+        for n in [5, 64] {
+            seen.extend(layer.prefill_kernels(n));
+            layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
+        }
+        gpu.synchronize(0).unwrap();
         // The NVFP4 W4A4 MMQ arm: an NVFP4 layer finalized for it.
         let mut layer = host.layer(gpu, act);
         layer.set_prefill_config(denseffn::layer::PrefillConfig {
             q4k_mmq: false,
             nvfp4_mmq: true,
+            w8a8: false,
         });
         layer
             .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)

@@ -79,6 +79,18 @@ pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
     r
 }
 
+/// `hi` and `lo` rounded to E4M3 (nearest even, saturating to ±448; NaN stays NaN) as two bytes
+/// in the low 16 bits: `lo` in bits 0..8, `hi` in bits 8..16.
+#[inline(always)]
+pub fn f32x2_to_e4m3x2(hi: f32, lo: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic. cvt puts its first source in the upper byte.
+    unsafe {
+        asm!("{{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, {h}, {l}; cvt.u32.u16 {r}, t; }}", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(nostack, pure, nomem))
+    };
+    r
+}
+
 /// Two E4M3 bytes (in the low 16 bits) to packed f16x2, exactly.
 #[inline(always)]
 pub fn e4m3x2_to_f16x2(b: u32) -> u32 {

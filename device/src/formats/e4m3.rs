@@ -61,6 +61,34 @@ pub fn encode(v: f32) -> u8 {
     }
 }
 
+/// Where the FP8 × FP8 prefill ([`crate::kernels::w8a8`]) keeps activation column `16·g + p`
+/// of a token: byte `16·g + ACT_SLOT[p]` of its E4M3 row. Within each 16 columns, lane `q`'s
+/// four bytes `4q..4q+4` hold columns `2q, 2q+1, 2q+8, 2q+9`: the columns that lane's bytes
+/// of the FP8 weight tiles cover (`formats::tiles`), so a lane builds its `wgmma` k32 A
+/// registers from its tile words with two byte permutes and no data from other lanes.
+pub const ACT_SLOT: [usize; 16] = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15];
+
+/// The per-token power-of-two scale of activations quantized to E4M3: `(f, inv)` with `f` the
+/// largest power of two (at most 2^126) such that `amax·f ≤ 448`; codes are `e4m3(x·f)` (exact
+/// product, one rounding) and `x ≈ decode(code)·inv`. `amax = 0` gives `(1, 1)`; a non-finite
+/// `amax` gives `inv = NaN`, so a token with an Inf or NaN input yields NaN outputs.
+#[inline]
+pub fn act_scale(amax: f32) -> (f32, f32) {
+    if !amax.is_finite() {
+        return (1.0, f32::NAN);
+    }
+    if amax == 0.0 {
+        return (1.0, 1.0);
+    }
+    let e = ((amax.to_bits() >> 23) & 0xFF) as i32 - 127;
+    let k = (8 - e).clamp(-126, 126);
+    let mut f = pow2(k);
+    if amax * f > MAX {
+        f *= 0.5;
+    }
+    (f, 1.0 / f)
+}
+
 #[inline]
 fn pow2(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
@@ -69,6 +97,36 @@ fn pow2(e: i32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn act_slots_are_a_permutation_matching_the_lane_layout() {
+        let mut seen = [false; 16];
+        for (p, &s) in ACT_SLOT.iter().enumerate() {
+            assert!(!seen[s]);
+            seen[s] = true;
+            // Byte s = 4q + i of lane q holds column 2q + (i & 1) + 8·(i >> 1).
+            let (q, i) = (s / 4, s % 4);
+            assert_eq!(p, 2 * q + (i & 1) + 8 * (i >> 1));
+        }
+    }
+
+    #[test]
+    fn act_scale_is_the_largest_power_of_two_that_fits() {
+        for amax in [
+            1e-30f32, 0.003, 0.5, 1.0, 1.75, 1.76, 3.5, 448.0, 449.0, 7e4, 3e38,
+        ] {
+            let (f, inv) = act_scale(amax);
+            assert!(
+                amax * f <= MAX && amax * f * 2.0 > MAX || f == pow2(126),
+                "{amax}"
+            );
+            assert_eq!(f.to_bits() & 0x7F_FFFF, 0, "{amax}: f not a power of two");
+            assert_eq!(f * inv, 1.0);
+        }
+        assert_eq!(act_scale(0.0), (1.0, 1.0));
+        assert!(act_scale(f32::INFINITY).1.is_nan() && act_scale(f32::NAN).1.is_nan());
+        assert_eq!(act_scale(f32::from_bits(1)).0, pow2(126));
+    }
 
     /// The E4M3 definition written out independently of `decode`, in f64.
     fn by_definition(b: u8) -> f64 {

@@ -52,4 +52,5 @@ pub mod nvfp4_mmq;
 pub mod pack;
 pub mod q8;
 pub mod tiles;
+pub mod w8a8;
 pub mod wgemm;
