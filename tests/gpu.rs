@@ -790,6 +790,7 @@ fn q4k_mmq_matches_cpu_reference() {
                 h,
                 nmax,
                 launches: 4,
+                tol: 1e-2,
             };
             for &n in ns {
                 let tag = format!("({h},{i}) {act:?}");
@@ -976,6 +977,7 @@ fn nvfp4_mmq_matches_cpu_reference() {
                 h,
                 nmax,
                 launches: 3,
+                tol: 1e-2,
             };
             for &n in ns {
                 let tag = format!("({h},{i}) {act:?}");
@@ -1116,6 +1118,10 @@ fn w8a8_matches_cpu_reference() {
                 h,
                 nmax,
                 launches: 4,
+                // The intermediate is quantized again: where the GPU's bf16 `act(g)·u` differs
+                // from the CPU's by an ulp, its E4M3 code can flip by one step (2^-3 relative);
+                // measured 1.6e-2 on (4096, 14336), 8e-3 on small shapes.
+                tol: 4e-2,
             };
             let mut worst = 0.0f64;
             for &n in ns {
@@ -1140,12 +1146,14 @@ struct Prefill<'a> {
     nmax: usize,
     /// Launches the arm makes per call.
     launches: u64,
+    /// Largest relative L2 error allowed against the CPU reference.
+    tol: f64,
 }
 
 impl Prefill<'_> {
     /// Runs `n` tokens on the GPU layer `gl` (output poisoned first): the launch count, every
     /// token written, nothing past the last, and sampled tokens (first, last, middle) within
-    /// 1e-2 relative L2 of the CPU layer `cl`. Returns that error.
+    /// `tol` relative L2 of the CPU layer `cl`. Returns that error.
     #[allow(clippy::too_many_arguments)]
     fn check(
         &self,
@@ -1195,7 +1203,7 @@ impl Prefill<'_> {
             .collect();
         let e = rel_l2(&got_s, &want);
         assert!(
-            e <= 1e-2,
+            e <= self.tol,
             "{tag} N={n}: rel L2 {e} vs the CPU reference on tokens {sample:?}"
         );
         e

@@ -230,11 +230,43 @@ fn stage_at(stage_bytes: u32, i: u32) -> Smem {
     Smem((Smem::base().0 + 1023) & !1023).add((i % GEMM_WG_STAGES) * stage_bytes)
 }
 
+/// Opens stage `i`: waits until its copies have landed (this thread's: at most `PENDING` later
+/// groups outstanding; then everyone's, at the barrier), refills the stage of `i − 2` (whose
+/// products every warpgroup has waited for) with stage `i + STAGES − 2`, and returns this
+/// warp's lanes of both projections.
+#[inline(always)]
+unsafe fn open_stage<const DUAL: bool, const PENDING: u32>(
+    p: &GemmParams,
+    stage_bytes: u32,
+    stages: u32,
+    i: u32,
+) -> (Lanes, Lanes) {
+    cp_async_wait::<PENDING>();
+    fence_proxy_async();
+    sync_threads();
+    if i >= 1 {
+        let j = i + GEMM_WG_STAGES - 2;
+        if j < stages {
+            stage_copy::<DUAL>(p, stage_at(stage_bytes, j), j);
+        }
+        cp_async_commit();
+    }
+    let proj = if DUAL { 2 } else { 1 };
+    let codes = stage_at(stage_bytes, i).add(X_BYTES);
+    let scales = codes.add(proj * 2 * TILES * CODE_BYTES);
+    let l0 = load_lanes(codes, scales, 0);
+    let l1 = if DUAL {
+        load_lanes(codes, scales, 1)
+    } else {
+        l0
+    };
+    (l0, l1)
+}
+
 #[inline(always)]
 unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
     let stage_bytes = w8a8_stage_bytes(DUAL);
     let stages = p.k.div_ceil(W8A8_STAGE_K);
-    let proj = if DUAL { 2 } else { 1 };
     for i in 0..GEMM_WG_STAGES - 1 {
         if i < stages {
             stage_copy::<DUAL>(p, stage_at(stage_bytes, i), i);
@@ -244,29 +276,15 @@ unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
     let mut acc0 = [0.0f32; 64];
     let mut acc1 = [0.0f32; 64];
     let (mut run0, mut run1) = (0.0f32, 0.0f32);
+    // Stage i's products run while the block opens stage i + 1 (barrier, refill, lanes); they
+    // are waited for before the accumulators are rescaled for stage i + 1, so no `wgmma` is in
+    // flight across the loop.
+    let mut lanes = open_stage::<DUAL, { GEMM_WG_STAGES - 2 }>(p, stage_bytes, stages, 0);
     for i in 0..stages {
-        // Stage i has landed (this thread's copies, then everyone's at the barrier); the stage
-        // of i − 1 is free (its products completed at the end of the last iteration): refill
-        // it with stage i + STAGES − 1.
-        cp_async_wait::<{ GEMM_WG_STAGES - 2 }>();
-        fence_proxy_async();
-        sync_threads();
-        let next = i + GEMM_WG_STAGES - 1;
-        if next < stages {
-            stage_copy::<DUAL>(p, stage_at(stage_bytes, next), next);
-        }
-        cp_async_commit();
-        let st = stage_at(stage_bytes, i);
-        let codes = st.add(X_BYTES);
-        let scales = codes.add(proj * 2 * TILES * CODE_BYTES);
-        let l0 = load_lanes(codes, scales, 0);
-        let l1 = if DUAL {
-            load_lanes(codes, scales, 1)
-        } else {
-            l0
-        };
+        let (l0, l1) = lanes;
         let live0 = rescale(&mut acc0, &mut run0, l0.scale);
         let live1 = DUAL && rescale(&mut acc1, &mut run1, l1.scale);
+        let st = stage_at(stage_bytes, i);
         unroll4!(J, 0 => {
             let desc = desc_k128b(st.add(32 * J as u32));
             let a0 = a_regs(&l0, J, live0);
@@ -278,6 +296,9 @@ unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
             }
         });
         wgmma_commit();
+        if i + 1 < stages {
+            lanes = open_stage::<DUAL, { GEMM_WG_STAGES - 3 }>(p, stage_bytes, stages, i + 1);
+        }
         wgmma_wait::<0>();
     }
     cp_async_wait::<0>();
