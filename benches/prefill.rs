@@ -4,7 +4,9 @@
 //! `finalize_q4k_load` (int8 activations × requantized Q4_K on integer tensor cores; ggml's
 //! q4_K MMQ on this H200: 167 TFLOP/s at N = 512), and `nvfp4_mmq` after
 //! `finalize_nvfp4_mmq_load` (NVFP4 activations × NVFP4 gate/up on int8 tensor cores, down on
-//! the bf16 GEMM; ggml's nvfp4: 134 TFLOP/s at N = 512).
+//! the bf16 GEMM; ggml's nvfp4: 134 TFLOP/s at N = 512); and an FP8 overlay (block-scaled E4M3
+//! weights) on its two arms: `w8a16_gemm` (bf16 activations) and the opt-in FP8 × FP8
+//! `w8a8_gemm` (activations quantized per token to E4M3; ggml's q8_0: 185 TFLOP/s at N = 512).
 //! Table to stdout and `$DENSEFFN_BENCH_OUT` (default `target/bench-prefill.md`).
 mod common;
 use common::*;
@@ -32,7 +34,7 @@ fn bench(c: &mut Criterion) {
         let nmax = *NS.iter().max().unwrap();
         let x = random_bf16(&gpu, nmax * h, &mut rng);
         let ffn = CublasFfn::new(&gpu, h, i, nmax, &mut rng).unwrap();
-        for arm in 0..3 {
+        for arm in 0..5 {
             let mut layer = random_layer(&gpu, h, i, &mut rng);
             if arm == 1 {
                 layer.set_prefill_config(PrefillConfig {
@@ -50,6 +52,19 @@ fn bench(c: &mut Criterion) {
                 layer
                     .finalize_nvfp4_mmq_load(&gpu.clone(), h, i, 0)
                     .unwrap();
+            } else if arm >= 3 {
+                layer.set_prefill_config(PrefillConfig {
+                    w8a8: arm == 4,
+                    ..PrefillConfig::default()
+                });
+                let fp8 = denseffn::bench::formats::overlay;
+                fp8(
+                    &mut layer,
+                    &mut rng,
+                    denseffn::bench::synth::fp8,
+                    denseffn::layer::DenseFfnLayer::set_fp8_weights,
+                )
+                .unwrap();
             }
             let arm = layer.prefill_arm().unwrap().name();
             let mut ctx = ForwardContext::new(&layer, nmax).unwrap();
