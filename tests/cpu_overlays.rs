@@ -466,6 +466,22 @@ fn fp8_w8a8_arm_matches_its_reference_within_its_bound() {
             "{act:?}: w8a8_gemm worst rel L2 vs f64 {:.2e} (w8a16_gemm {:.2e})",
             worst.0, worst.1
         );
+        // Each of the arm's kernels missing: prefill names it and launches nothing.
+        for missing in w8a8_kernels::ALL {
+            let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[missing]));
+            let mut l = overlay_layer(&gpu, &o, act);
+            l.set_prefill_config(PrefillConfig {
+                w8a8: true,
+                ..PrefillConfig::default()
+            });
+            let mut c = ForwardContext::new(&l, 8).unwrap();
+            let before = gpu.launch_count();
+            match path_output(&l, &gpu, "prefill", 8, &x, &mut c) {
+                Err(Error::MissingKernel(k)) => assert_eq!(k, missing),
+                other => panic!("without {missing}: {:?}", other.map(|_| ())),
+            }
+            assert_eq!(gpu.launch_count(), before, "without {missing}: launched");
+        }
         // Turning the arm off returns the layer to the W8A16 arm; decode never changes.
         layer.set_prefill_config(PrefillConfig::default());
         assert_eq!(layer.prefill_arm().unwrap(), PrefillArm::Fp8Gemm);

@@ -31,7 +31,8 @@
 //! so a layer finalized for Q4_K MMQ can only run that arm; and above `nvfp4_t_m128`, whose
 //! gate/up `_t` copies `finalize_nvfp4_mmq_load` frees.
 //!
-//! Every GEMM arm is the same `wgmma` GEMM (`device/src/kernels/wgemm.rs`) over a different
+//! Every GEMM arm but `w8a8_gemm` (FP8 `wgmma`, `device/src/kernels/w8a8.rs`) is the same
+//! `wgmma` GEMM (`device/src/kernels/wgemm.rs`) over a different
 //! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
 //! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
 //! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
