@@ -54,6 +54,13 @@ pub fn grid_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
+/// `gridDim.y`.
+#[inline(always)]
+pub fn grid_y() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_y() as u32 }
+}
+
 /// Lane index within the warp.
 #[inline(always)]
 pub fn lane() -> u32 {

@@ -3,7 +3,8 @@
 //! (`wgmma.m64n128k32.f32.e4m3.e4m3`, sm_90a): twice the bf16 rate, and no dequantization.
 //!
 //! Blocks as the bf16 `wgmma` GEMMs' ([`super::wgemm`]): 256 threads, 128 rows × 128 tokens,
-//! each warp one 16-row tile, [`GEMM_WG_STAGES`] `cp.async` stages, but a stage is
+//! each warp one 16-row tile, [`w8a8_stages`] `cp.async` stages (4 for gate+up, 6 for down),
+//! a stage being
 //! [`W8A8_STAGE_K`] = 128 columns: the activations (128 E4M3 a token, K-major, 128-byte
 //! swizzle, the B operand) and two 64-column FP8 tiles per warp and projection. A lane's bytes of
 //! a tile (`formats::tiles`, [`TileFormat::Fp8`]) cover, per 16 columns, columns `2q, 2q+1,
@@ -25,8 +26,8 @@ use crate::formats::e4m3::{act_scale, ACT_SLOT};
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    w8a8_stage_bytes, GemmParams, Q8Params, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
-    Q8_THREADS, W8A8_STAGE_K,
+    w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params, GEMM_WG_ROWS, GEMM_WG_TOKENS, Q8_THREADS,
+    W8A8_GROUP, W8A8_STAGE_K,
 };
 
 /// Bytes of one FP8 tile's codes.
@@ -117,14 +118,28 @@ const _: () = {
     }
 };
 
+/// The output tile of this block, `(row block, token block)`: the grid (row blocks × token
+/// blocks, `blockIdx.x` fastest) walked in groups of [`W8A8_GROUP`] row blocks with the token
+/// blocks of a group in between.
+#[inline(always)]
+fn tile_of_block() -> (u32, u32) {
+    let (gx, gy) = (grid_x(), grid_y());
+    let lin = block_y() * gx + block_x();
+    let per_group = W8A8_GROUP * gy;
+    let first = lin / per_group * W8A8_GROUP;
+    let rows = core::cmp::min(W8A8_GROUP, gx - first);
+    let r = lin % per_group;
+    (first + r % rows, r / rows)
+}
+
 /// Issues this thread's copies of stage `s` (columns `128·s ..`) into `st`: the activations
 /// (16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`; zeros past the last token
 /// or column), every projection's 16 tiles (warp `w`'s two at `2w`, `2w + 1`; zeros past the
 /// matrix) and the first tile's scale of each row tile.
 #[inline(always)]
-unsafe fn stage_copy<const DUAL: bool>(p: &GemmParams, st: Smem, s: u32) {
+unsafe fn stage_copy<const DUAL: bool>(p: &GemmParams, tile: (u32, u32), st: Smem, s: u32) {
     let tid = thread_x();
-    let tok0 = block_y() * GEMM_WG_TOKENS;
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
     unroll4!(Q, 0 => {
         let v = tid + 256 * Q as u32;
         let (t, kg) = (v / 8, v % 8);
@@ -134,7 +149,7 @@ unsafe fn stage_copy<const DUAL: bool>(p: &GemmParams, st: Smem, s: u32) {
         cp_async_16(st.add(t * 128 + ((kg ^ (t % 8)) * 16)), src, if ok { 16 } else { 0 });
     });
     let k_tiles = p.k / TILE_K as u32;
-    let rt0 = block_x() * TILES;
+    let rt0 = tile.0 * TILES;
     let row_tiles = p.n / TILE_ROWS as u32;
     let proj = if DUAL { 2 } else { 1 };
     let codes = st.add(X_BYTES);
@@ -226,33 +241,40 @@ fn rescale(acc: &mut [f32; 64], run: &mut f32, s: f32) -> bool {
 
 /// Where a block's stages live.
 #[inline(always)]
-fn stage_at(stage_bytes: u32, i: u32) -> Smem {
-    Smem((Smem::base().0 + 1023) & !1023).add((i % GEMM_WG_STAGES) * stage_bytes)
+fn stage_at<const DUAL: bool>(stage_bytes: u32, i: u32) -> Smem {
+    Smem((Smem::base().0 + 1023) & !1023).add((i % w8a8_stages(DUAL)) * stage_bytes)
 }
 
-/// Opens stage `i`: waits until its copies have landed (this thread's: at most `PENDING` later
-/// groups outstanding; then everyone's, at the barrier), refills the stage of `i − 2` (whose
-/// products every warpgroup has waited for) with stage `i + STAGES − 2`, and returns this
-/// warp's lanes of both projections.
+/// Opens stage `i`: waits until its copies have landed (this thread's, then everyone's at the
+/// barrier), refills the slot of stage `i − 2` (whose products every warpgroup has waited for)
+/// with stage `i + stages − 2`, and returns this warp's lanes of both projections.
 #[inline(always)]
-unsafe fn open_stage<const DUAL: bool, const PENDING: u32>(
+unsafe fn open_stage<const DUAL: bool>(
     p: &GemmParams,
+    tile: (u32, u32),
     stage_bytes: u32,
     stages: u32,
     i: u32,
 ) -> (Lanes, Lanes) {
-    cp_async_wait::<PENDING>();
+    // Groups committed so far: stages 0 ..= i + stages − 3 (the prologue's stages − 1, then
+    // one per opened stage from 1 on); stage i must have landed.
+    match (DUAL, i) {
+        (true, 0) => cp_async_wait::<{ w8a8_stages(true) - 2 }>(),
+        (true, _) => cp_async_wait::<{ w8a8_stages(true) - 3 }>(),
+        (false, 0) => cp_async_wait::<{ w8a8_stages(false) - 2 }>(),
+        (false, _) => cp_async_wait::<{ w8a8_stages(false) - 3 }>(),
+    }
     fence_proxy_async();
     sync_threads();
     if i >= 1 {
-        let j = i + GEMM_WG_STAGES - 2;
+        let j = i + w8a8_stages(DUAL) - 2;
         if j < stages {
-            stage_copy::<DUAL>(p, stage_at(stage_bytes, j), j);
+            stage_copy::<DUAL>(p, tile, stage_at::<DUAL>(stage_bytes, j), j);
         }
         cp_async_commit();
     }
     let proj = if DUAL { 2 } else { 1 };
-    let codes = stage_at(stage_bytes, i).add(X_BYTES);
+    let codes = stage_at::<DUAL>(stage_bytes, i).add(X_BYTES);
     let scales = codes.add(proj * 2 * TILES * CODE_BYTES);
     let l0 = load_lanes(codes, scales, 0);
     let l1 = if DUAL {
@@ -267,9 +289,10 @@ unsafe fn open_stage<const DUAL: bool, const PENDING: u32>(
 unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
     let stage_bytes = w8a8_stage_bytes(DUAL);
     let stages = p.k.div_ceil(W8A8_STAGE_K);
-    for i in 0..GEMM_WG_STAGES - 1 {
+    let tile = tile_of_block();
+    for i in 0..w8a8_stages(DUAL) - 1 {
         if i < stages {
-            stage_copy::<DUAL>(p, stage_at(stage_bytes, i), i);
+            stage_copy::<DUAL>(p, tile, stage_at::<DUAL>(stage_bytes, i), i);
         }
         cp_async_commit();
     }
@@ -279,12 +302,12 @@ unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
     // Stage i's products run while the block opens stage i + 1 (barrier, refill, lanes); they
     // are waited for before the accumulators are rescaled for stage i + 1, so no `wgmma` is in
     // flight across the loop.
-    let mut lanes = open_stage::<DUAL, { GEMM_WG_STAGES - 2 }>(p, stage_bytes, stages, 0);
+    let mut lanes = open_stage::<DUAL>(p, tile, stage_bytes, stages, 0);
     for i in 0..stages {
         let (l0, l1) = lanes;
         let live0 = rescale(&mut acc0, &mut run0, l0.scale);
         let live1 = DUAL && rescale(&mut acc1, &mut run1, l1.scale);
-        let st = stage_at(stage_bytes, i);
+        let st = stage_at::<DUAL>(stage_bytes, i);
         unroll4!(J, 0 => {
             let desc = desc_k128b(st.add(32 * J as u32));
             let a0 = a_regs(&l0, J, live0);
@@ -297,14 +320,14 @@ unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
         });
         wgmma_commit();
         if i + 1 < stages {
-            lanes = open_stage::<DUAL, { GEMM_WG_STAGES - 3 }>(p, stage_bytes, stages, i + 1);
+            lanes = open_stage::<DUAL>(p, tile, stage_bytes, stages, i + 1);
         }
         wgmma_wait::<0>();
     }
     cp_async_wait::<0>();
     let (g, tq) = (lane() / 4, lane() % 4);
-    let row_tile = block_x() * TILES + warp_id();
-    let tok0 = block_y() * GEMM_WG_TOKENS;
+    let row_tile = tile.0 * TILES + warp_id();
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
     if row_tile >= p.n / TILE_ROWS as u32 {
         return;
     }
