@@ -241,11 +241,7 @@ fn prefill_matches_cpu_reference_on_sampled_tokens() {
     let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    let ns: &[usize] = if small() {
-        &[1, 7, 64, 130]
-    } else {
-        &[1, 7, 64, 511, 512, 4096]
-    };
+    let ns = arm_ns(&[1, 7, 64, 511, 512, 4096]);
     let nmax = *ns.iter().max().unwrap();
     for (h, i) in shapes(&[(4096, 14336), (5120, 25600)]) {
         let host = HostLayer::random(h, i, (3 * h + i) as u64);
@@ -728,11 +724,7 @@ fn q4k_mmq_matches_cpu_reference() {
     let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    let ns: &[usize] = if small() {
-        &[1, 7, 64, 130]
-    } else {
-        &[1, 64, 512, 4096]
-    };
+    let ns = arm_ns(&[1, 64, 512, 4096]);
     let nmax = *ns.iter().max().unwrap();
     let on = PrefillConfig {
         q4k_mmq: true,
@@ -879,17 +871,12 @@ fn kv_cache_then_no_allocation(
 /// (nothing written past the last token). `DENSEFFN_GPU_TEST_SMALL=1`: small shapes.
 #[test]
 fn nvfp4_mmq_matches_cpu_reference() {
-    use denseffn::backend::Launch;
     use denseffn::layer::{nvfp4_mmq_kernels, PrefillArm, PrefillConfig};
-    use denseffn_device::params::{ParamBlock, Q8Params, NVFP4_ACT_THREADS};
+    use denseffn_device::params::NVFP4_ACT_THREADS;
     let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    let ns: &[usize] = if small() {
-        &[1, 7, 64, 130]
-    } else {
-        &[1, 64, 512, 4096]
-    };
+    let ns = arm_ns(&[1, 64, 512, 4096]);
     let nmax = *ns.iter().max().unwrap();
     let on = PrefillConfig {
         q4k_mmq: false,
@@ -903,35 +890,14 @@ fn nvfp4_mmq_matches_cpu_reference() {
         let host = HostLayer::random(h, i, (7 * h + i) as u64);
         let x = activations(nmax * h, 98);
         // The activation quantization: the same bytes on both backends.
-        let quantized = |g: &Arc<dyn GpuBackend>, n: usize| -> (Vec<u8>, Vec<u8>) {
-            let xd = upload_bf16(g, &x[..n * h]);
-            let (qs, ds) = (g.alloc(n * h).unwrap(), g.alloc(n * h / 16 * 4).unwrap());
-            let p = Q8Params {
-                x: xd.0,
-                qs: qs.0,
-                ds: ds.0,
-                tokens: n as u32,
-                k: h as u32,
+        let quantized = |g: &Arc<dyn GpuBackend>, n: usize| {
+            let q = Quantize {
+                kernel: nvfp4_mmq_kernels::QUANTIZE,
+                threads: NVFP4_ACT_THREADS,
+                smem: 32,
+                ds_bytes: n * h / 16 * 4,
             };
-            g.launch(
-                &Launch {
-                    kernel: nvfp4_mmq_kernels::QUANTIZE,
-                    grid: (n as u32, 1, 1),
-                    block: (NVFP4_ACT_THREADS, 1, 1),
-                    smem: 32,
-                    params: p.as_bytes(),
-                },
-                0,
-            )
-            .unwrap();
-            g.synchronize(0).unwrap();
-            let (mut q, mut d) = (vec![0u8; n * h], vec![0u8; n * h / 16 * 4]);
-            g.download(&mut q, qs).unwrap();
-            g.download(&mut d, ds).unwrap();
-            for p in [xd, qs, ds] {
-                g.free(p).unwrap();
-            }
-            (q, d)
+            q.run(g, &x[..n * h], n, h)
         };
         let nq = nmax.min(64);
         let (cq, cd) = quantized(&cpu, nq);
@@ -1031,22 +997,17 @@ fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
 
 /// The FP8 × FP8 prefill arm (`w8a8_gemm`) on the GPU: the activation quantization gives the
 /// CPU reference's codes (up to the sign of zero) and scales, and prefill (4 launches) matches
-/// the CPU reference running the same arm within 1e-2 on sampled tokens, for every N, both
+/// the CPU reference running the same arm within 4e-2 on sampled tokens, for every N, both
 /// activations, a shape whose K is not a multiple of 128; vs the f64 reference of the FP8
 /// values, within the arm's measured bound (8e-2, `tests/cpu_overlays.rs`).
 #[test]
 fn w8a8_matches_cpu_reference() {
-    use denseffn::backend::Launch;
     use denseffn::layer::{w8a8_kernels, OverlayKind, PrefillArm, PrefillConfig};
-    use denseffn_device::params::{ParamBlock, Q8Params, Q8_THREADS};
+    use denseffn_device::params::Q8_THREADS;
     let _memory = device_memory(false);
     let Some(gpu) = cuda() else { return };
     let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
-    let ns: &[usize] = if small() {
-        &[1, 7, 64, 130]
-    } else {
-        &[1, 64, 511, 4096]
-    };
+    let ns = arm_ns(&[1, 64, 511, 4096]);
     let nmax = *ns.iter().max().unwrap();
     let on = PrefillConfig {
         w8a8: true,
@@ -1056,35 +1017,14 @@ fn w8a8_matches_cpu_reference() {
         let o = OverlayHost::random(OverlayKind::Fp8, h, i, (3 * h + i) as u64);
         let base = HostLayer::random(h, i, 4);
         let x = activations(nmax * h, 99);
-        let quantized = |g: &Arc<dyn GpuBackend>, n: usize| -> (Vec<u8>, Vec<u8>) {
-            let xd = upload_bf16(g, &x[..n * h]);
-            let (qs, ds) = (g.alloc(n * h).unwrap(), g.alloc(n * 4).unwrap());
-            let p = Q8Params {
-                x: xd.0,
-                qs: qs.0,
-                ds: ds.0,
-                tokens: n as u32,
-                k: h as u32,
+        let quantized = |g: &Arc<dyn GpuBackend>, n: usize| {
+            let q = Quantize {
+                kernel: w8a8_kernels::QUANTIZE,
+                threads: Q8_THREADS,
+                smem: Q8_THREADS / 32 * 4,
+                ds_bytes: n * 4,
             };
-            g.launch(
-                &Launch {
-                    kernel: w8a8_kernels::QUANTIZE,
-                    grid: (n as u32, 1, 1),
-                    block: (Q8_THREADS, 1, 1),
-                    smem: Q8_THREADS / 32 * 4,
-                    params: p.as_bytes(),
-                },
-                0,
-            )
-            .unwrap();
-            g.synchronize(0).unwrap();
-            let (mut q, mut d) = (vec![0u8; n * h], vec![0u8; n * 4]);
-            g.download(&mut q, qs).unwrap();
-            g.download(&mut d, ds).unwrap();
-            for p in [xd, qs, ds] {
-                g.free(p).unwrap();
-            }
-            (q, d)
+            q.run(g, &x[..n * h], n, h)
         };
         let nq = nmax.min(64);
         let (cq, cd) = quantized(&cpu, nq);
@@ -1133,6 +1073,58 @@ fn w8a8_matches_cpu_reference() {
             eprintln!("({h}, {i}) {act:?}: w8a8_gemm N={ns:?}: worst rel L2 vs CPU reference (sampled tokens) {worst:.2e}; vs f64 (3 tokens) {e:.2e}");
             assert!(e < 8e-2, "w8a8 vs f64: rel L2 {e}");
         }
+    }
+}
+
+/// The token counts a prefill-arm test runs: `full`, or small ones (with a partial token block)
+/// under `DENSEFFN_GPU_TEST_SMALL=1`.
+fn arm_ns(full: &'static [usize]) -> &'static [usize] {
+    if small() {
+        &[1, 7, 64, 130]
+    } else {
+        full
+    }
+}
+
+/// One activation-quantization launch of a prefill arm: one block of `threads` per token.
+struct Quantize {
+    kernel: &'static str,
+    threads: u32,
+    smem: u32,
+    /// Bytes of scales the kernel writes for the call.
+    ds_bytes: usize,
+}
+
+impl Quantize {
+    /// Quantizes `x` (`[n][h]` f32, uploaded as bf16) on `g`: (code bytes, scale bytes).
+    fn run(&self, g: &Arc<dyn GpuBackend>, x: &[f32], n: usize, h: usize) -> (Vec<u8>, Vec<u8>) {
+        use denseffn::backend::Launch;
+        use denseffn_device::params::{ParamBlock, Q8Params};
+        let xd = upload_bf16(g, x);
+        let (qs, ds) = (g.alloc(n * h).unwrap(), g.alloc(self.ds_bytes).unwrap());
+        let p = Q8Params {
+            x: xd.0,
+            qs: qs.0,
+            ds: ds.0,
+            tokens: n as u32,
+            k: h as u32,
+        };
+        let launch = Launch {
+            kernel: self.kernel,
+            grid: (n as u32, 1, 1),
+            block: (self.threads, 1, 1),
+            smem: self.smem,
+            params: p.as_bytes(),
+        };
+        g.launch(&launch, 0).unwrap();
+        g.synchronize(0).unwrap();
+        let (mut q, mut d) = (vec![0u8; n * h], vec![0u8; self.ds_bytes]);
+        g.download(&mut q, qs).unwrap();
+        g.download(&mut d, ds).unwrap();
+        for p in [xd, qs, ds] {
+            g.free(p).unwrap();
+        }
+        (q, d)
     }
 }
 
