@@ -64,6 +64,7 @@ pub struct PtxBuilder {
     ptx_isa: String,
     out_dir: Option<PathBuf>,
     dynamic_smem: Option<String>,
+    launch_bounds: Vec<(String, u32, u32)>,
 }
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
@@ -81,6 +82,7 @@ impl PtxBuilder {
             ptx_isa: "80".into(),
             out_dir: None,
             dynamic_smem: None,
+            launch_bounds: Vec::new(),
         }
     }
 
@@ -112,6 +114,14 @@ impl PtxBuilder {
     /// shared-memory window that kernels address by that name from inline PTX.
     pub fn dynamic_shared(mut self, name: &str) -> Self {
         self.dynamic_smem = Some(name.into());
+        self
+    }
+
+    /// Gives entry point `kernel` the performance directives `.maxntid threads, 1, 1` and
+    /// `.minnctapersm blocks`, so ptxas fits its registers to `blocks` resident blocks of
+    /// `threads` (what CUDA C's `__launch_bounds__` does). Rust cannot express them.
+    pub fn launch_bounds(mut self, kernel: &str, threads: u32, blocks: u32) -> Self {
+        self.launch_bounds.push((kernel.into(), threads, blocks));
         self
     }
 
@@ -211,13 +221,18 @@ impl PtxBuilder {
             .arg(&ptx);
         run("llc", &mut l)?;
 
+        let mut text = fs::read_to_string(&ptx).map_err(|e| BuildError::Io(e.to_string()))?;
         if let Some(name) = &self.dynamic_smem {
-            let text = fs::read_to_string(&ptx).map_err(|e| BuildError::Io(e.to_string()))?;
             let decl = format!(".extern .shared .align 16 .b8 {name}[];");
-            let patched = insert_after_address_size(&text, &decl)
+            text = insert_after_address_size(&text, &decl)
                 .ok_or_else(|| BuildError::Io("no .address_size line in the PTX".into()))?;
-            fs::write(&ptx, patched).map_err(|e| BuildError::Io(e.to_string()))?;
         }
+        for (kernel, threads, blocks) in &self.launch_bounds {
+            text = add_launch_bounds(&text, kernel, *threads, *blocks).ok_or_else(|| {
+                BuildError::Io(format!("launch_bounds: no entry point {kernel} in the PTX"))
+            })?;
+        }
+        fs::write(&ptx, text).map_err(|e| BuildError::Io(e.to_string()))?;
         Ok(ptx)
     }
 
@@ -369,6 +384,17 @@ fn insert_after_address_size(ptx: &str, line: &str) -> Option<String> {
     Some(format!("{}\n{}\n{}", &ptx[..eol], line, &ptx[eol + 1..]))
 }
 
+/// Inserts `.maxntid`/`.minnctapersm` between entry `kernel`'s parameter list and its body.
+fn add_launch_bounds(ptx: &str, kernel: &str, threads: u32, blocks: u32) -> Option<String> {
+    let entry = ptx.find(&format!(".entry {kernel}("))?;
+    let body = entry + ptx[entry..].find("\n{")?;
+    Some(format!(
+        "{}\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks}{}",
+        &ptx[..body],
+        &ptx[body..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +406,15 @@ mod tests {
         assert!(out.contains(".address_size 64\n.extern .shared .align 16 .b8 smem[];\n"));
         assert!(out.ends_with(".visible .entry k()\n{}\n"));
         assert!(insert_after_address_size(".version 8.0\n", "x").is_none());
+    }
+
+    #[test]
+    fn launch_bounds_go_between_parameters_and_body() {
+        let p = ".visible .entry a(\n.param .u64 a_0\n)\n{\nret;\n}\n.visible .entry ab(\n)\n{\nret;\n}\n";
+        let out = add_launch_bounds(p, "ab", 256, 4).unwrap();
+        assert!(out.contains(".entry ab(\n)\n.maxntid 256, 1, 1\n.minnctapersm 4\n{"));
+        assert!(out.starts_with(".visible .entry a(\n.param .u64 a_0\n)\n{"));
+        assert!(add_launch_bounds(p, "b", 256, 4).is_none());
     }
 
     #[test]
