@@ -369,6 +369,36 @@ impl DenseFfnLayer {
         )
     }
 
+    /// Launches a per-token activation quantizer (`quantize_nvfp4_act`, `quantize_e4m3_act`):
+    /// one block of `threads` per token over `x` (bf16 `[n][k]`) into `s`'s codes and scales,
+    /// with a shared-memory slot per warp for the block's maximum.
+    pub(crate) fn launch_token_quantize(
+        &self,
+        kernel: &'static str,
+        threads: u32,
+        (x, k, n): (DevicePtr, usize, usize),
+        s: &MmqScratch,
+        stream: u64,
+    ) -> Result<()> {
+        let p = Q8Params {
+            x: x.0,
+            qs: s.q.ptr().0,
+            ds: s.d.ptr().0,
+            tokens: n as u32,
+            k: k as u32,
+        };
+        self.gpu.launch(
+            &Launch {
+                kernel,
+                grid: (n as u32, 1, 1),
+                block: (threads, 1, 1),
+                smem: threads / 32 * 4,
+                params: p.as_bytes(),
+            },
+            stream,
+        )
+    }
+
     fn launch_quantize(
         &self,
         x: DevicePtr,

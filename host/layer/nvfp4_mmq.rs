@@ -16,8 +16,8 @@ use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use denseffn_device::formats::{nvfp4, nvfp4_mmq as fmt};
 use denseffn_device::params::{
-    GemmParams, ParamBlock, Q8Params, W4a4Params, MMQ_SMEM_BYTES, MMQ_TOKENS_PER_BLOCK,
-    NVFP4_ACT_THREADS, W4A4_ROWS_PER_BLOCK,
+    GemmParams, ParamBlock, W4a4Params, MMQ_SMEM_BYTES, MMQ_TOKENS_PER_BLOCK, NVFP4_ACT_THREADS,
+    W4A4_ROWS_PER_BLOCK,
 };
 use std::sync::Arc;
 
@@ -290,21 +290,11 @@ impl DenseFfnLayer {
             )
         })?;
         let h = self.hidden();
-        let q = Q8Params {
-            x: input.0,
-            qs: s.q.ptr().0,
-            ds: s.d.ptr().0,
-            tokens: n as u32,
-            k: h as u32,
-        };
-        self.gpu.launch(
-            &Launch {
-                kernel: kernels::QUANTIZE,
-                grid: (n as u32, 1, 1),
-                block: (NVFP4_ACT_THREADS, 1, 1),
-                smem: 32,
-                params: q.as_bytes(),
-            },
+        self.launch_token_quantize(
+            kernels::QUANTIZE,
+            NVFP4_ACT_THREADS,
+            (input, h, n),
+            s,
             stream,
         )?;
         let gu = W4a4Params {

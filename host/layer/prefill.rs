@@ -224,7 +224,7 @@ impl DenseFfnLayer {
     }
 
     /// The weights `arm` reads.
-    fn prefill_weights(&self, arm: PrefillArm) -> Result<(Proj, Proj, Proj)> {
+    pub(super) fn prefill_weights(&self, arm: PrefillArm) -> Result<(Proj, Proj, Proj)> {
         let overlay = |kind: OverlayKind| {
             self.overlays
                 .active()

@@ -11,10 +11,10 @@
 //! on top of the weights' own FP8 rounding; the bound the tests hold it to is measured and
 //! stated there (`tests/cpu_overlays.rs`, `tests/gpu.rs`). Off by default: enable it with
 //! [`super::PrefillConfig::w8a8`] or [`W8A8_ENV`]`=1`.
-use super::{DenseFfnLayer, ForwardContext, OverlayKind, Proj};
-use crate::backend::{DevicePtr, Launch};
+use super::{DenseFfnLayer, ForwardContext, Proj};
+use crate::backend::DevicePtr;
 use crate::error::{Error, Result};
-use denseffn_device::params::{GemmParams, ParamBlock, Q8Params, Q8_THREADS};
+use denseffn_device::params::{GemmParams, Q8_THREADS};
 
 /// The environment variable that enables the `w8a8_gemm` arm when set to `1` (read by
 /// [`super::PrefillConfig::from_env`], the default of every new layer).
@@ -41,15 +41,7 @@ impl DenseFfnLayer {
         ctx: &ForwardContext,
         stream: u64,
     ) -> Result<()> {
-        let o = self
-            .overlays
-            .active()
-            .filter(|o| o.kind == OverlayKind::Fp8)
-            .ok_or_else(|| {
-                Error::Unsupported("prefill: the w8a8_gemm arm needs an FP8 overlay".into())
-            })?;
-        let (gate, up, down): (Proj, Proj, Proj) =
-            ((&o.gate).into(), (&o.up).into(), (&o.down).into());
+        let (gate, up, down) = self.prefill_weights(super::PrefillArm::W8a8Gemm)?;
         let s = ctx.mmq.as_ref().ok_or_else(|| {
             Error::Invalid(
                 "forward_prefill: this ForwardContext has no w8a8_gemm scratch (it was made before the arm was enabled): make a new one".into(),
@@ -66,6 +58,9 @@ impl DenseFfnLayer {
             super::FfnActivation::Gelu => 2,
         };
         let (q, d) = (s.q.ptr().0, s.d.ptr().0);
+        let quantize = |x: DevicePtr, k: usize| {
+            self.launch_token_quantize(kernels::QUANTIZE, Q8_THREADS, (x, k, n), s, stream)
+        };
         let params = |w: &Proj, x_out: DevicePtr| GemmParams {
             w0: w.codes,
             s0: w.scales,
@@ -78,7 +73,7 @@ impl DenseFfnLayer {
             tokens: n as u32,
             ..Default::default()
         };
-        self.launch_quantize_e4m3(input, h, n, (q, d), stream)?;
+        quantize(input, h)?;
         let gu = GemmParams {
             w1: up.codes,
             s1: up.scales,
@@ -87,34 +82,7 @@ impl DenseFfnLayer {
             ..params(&gate, ctx.prefill_act.ptr())
         };
         self.launch_gemm(kernels::GATE_UP, &gu, ctx, stream)?;
-        self.launch_quantize_e4m3(ctx.prefill_act.ptr(), i, n, (q, d), stream)?;
+        quantize(ctx.prefill_act.ptr(), i)?;
         self.launch_gemm(kernels::DOWN, &params(&down, ctx.out.ptr()), ctx, stream)
-    }
-
-    fn launch_quantize_e4m3(
-        &self,
-        x: DevicePtr,
-        k: usize,
-        n: usize,
-        (qs, ds): (u64, u64),
-        stream: u64,
-    ) -> Result<()> {
-        let p = Q8Params {
-            x: x.0,
-            qs,
-            ds,
-            tokens: n as u32,
-            k: k as u32,
-        };
-        self.gpu().launch(
-            &Launch {
-                kernel: kernels::QUANTIZE,
-                grid: (n as u32, 1, 1),
-                block: (Q8_THREADS, 1, 1),
-                smem: Q8_THREADS / 32 * 4,
-                params: p.as_bytes(),
-            },
-            stream,
-        )
     }
 }
