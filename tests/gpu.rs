@@ -354,6 +354,15 @@ fn prefill_split_k_matches_cpu_reference() {
     }
 }
 
+/// Whether `DENSEFFN_GPU_TEST_OVERLAYS` (a comma list of `q2`, `q4k`, `fp8`, `bf16`; unset:
+/// all) selects `kind`, so a device run can check one format's kernels on full shapes alone.
+fn overlay_selected(kind: denseffn::layer::OverlayKind) -> bool {
+    std::env::var("DENSEFFN_GPU_TEST_OVERLAYS").map_or(true, |v| {
+        v.split(',')
+            .any(|s| s.trim().eq_ignore_ascii_case(&format!("{kind:?}")))
+    })
+}
+
 /// The Q2_0, Q4_K, FP8 and BF16 overlays on every path (forward, k2, k3, km m = 1..8, prefill
 /// N ∈ {1, 64, 512, 4096}), against the CPU reference backend running the same layer (sampled
 /// tokens for prefill) and, for one token, the f64 reference of the format's own values. One
@@ -377,6 +386,9 @@ fn overlays_match_cpu_reference_on_every_path() {
             OverlayKind::Fp8,
             OverlayKind::Bf16,
         ] {
+            if !overlay_selected(kind) {
+                continue;
+            }
             if kind == OverlayKind::Q4k && (h % 256 != 0 || i % 256 != 0) {
                 continue; // Q4_K rows are whole 256-value super-blocks
             }

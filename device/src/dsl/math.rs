@@ -158,6 +158,18 @@ pub fn prmt(a: u32, b: u32, s: u32) -> u32 {
     r
 }
 
+/// `(a & b) | c` as one `lop3.b32` (LUT 0xEA): ptxas encodes at most one immediate per
+/// `LOP3`, so written as `&` then `|` of two constants it spends two.
+#[inline(always)]
+pub fn and_or(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure bit manipulation.
+    unsafe {
+        asm!("lop3.b32 {r}, {a}, {b}, {c}, 0xEA;", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(nostack, pure, nomem))
+    };
+    r
+}
+
 /// Packed f16x2 to packed bf16x2 (through f32: exact for values bf16 can hold).
 #[inline(always)]
 pub fn f16x2_to_bf16x2(h: u32) -> u32 {

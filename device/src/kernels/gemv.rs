@@ -224,17 +224,6 @@ unsafe fn inv_scale<const PACKED: bool>(p: &GemvParams, t: u32) -> f32 {
     }
 }
 
-/// Four mma steps of one chunk.
-#[inline(always)]
-fn chunk<T: Tiles>(acc: &mut [f32; 4], l: &T::Lane, x: &[u32; 8]) {
-    let mut j = 0;
-    while j < 4 {
-        let a = T::fragments(l, j);
-        *acc = mma_f16_f32(a, [x[2 * j as usize], x[2 * j as usize + 1]], *acc);
-        j += 1;
-    }
-}
-
 /// Loads the 8 B-fragment words of chunk `c` for this lane (zeros for tokens ≥ m).
 #[inline(always)]
 unsafe fn load_x(p: &GemvParams, c: u32) -> [u32; 8] {
@@ -340,10 +329,7 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
             } else {
                 load_x(p, c)
             };
-            chunk::<T>(&mut acc0, &l.0, &x);
-            if DUAL {
-                chunk::<T>(&mut acc1, &l.1, &x);
-            }
+            T::chunk::<DUAL>(&mut acc0, &mut acc1, l, &x);
         };
         // Rolling pipeline: slot I holds chunk c + I; once used, it is refilled with chunk
         // c + I + depth, so `depth` chunks stay in flight while one is consumed.
@@ -361,9 +347,9 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
             c += depth;
         }
     }
-    epilogue::<PACKED>(p, 0, rt, &acc0, T::FACTOR);
+    epilogue::<PACKED>(p, 0, rt, &acc0, T::GEMV_FACTOR);
     if DUAL {
-        epilogue::<PACKED>(p, 1, rt, &acc1, T::FACTOR);
+        epilogue::<PACKED>(p, 1, rt, &acc1, T::GEMV_FACTOR);
     }
     if p.splits > 1 {
         reduce_splits(p, if DUAL { 2 } else { 1 });

@@ -18,6 +18,9 @@ pub trait Tiles {
     const UNROLL: u32;
     /// The same for the dual gate+up GEMV, which loads two projections' tiles per chunk.
     const UNROLL_DUAL: u32 = Self::UNROLL;
+    /// The factor the decode GEMV's accumulators carry ([`Tiles::chunk`]); `FACTOR` unless a
+    /// format overrides `chunk`.
+    const GEMV_FACTOR: f32 = Self::FACTOR;
     /// Loads this lane's share of tile `tile`.
     ///
     /// # Safety
@@ -25,6 +28,30 @@ pub trait Tiles {
     unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane;
     /// The four f16x2 A-fragment registers of step `j` (0..4).
     fn fragments(l: &Self::Lane, j: u32) -> [u32; 4];
+    /// The decode GEMV's work on one chunk: for projection 0 (and 1 when `DUAL`) the four
+    /// `mma.m16n8k16` steps of its tile `l[p]` against this lane's B fragments `x` (two words
+    /// per step), accumulated into `acc0` (`acc1`) (rows g, g+8 × tokens 2·tq, 2·tq+1), in units of
+    /// [`Tiles::GEMV_FACTOR`]. By default one `mma` per step over [`Tiles::fragments`].
+    #[inline(always)]
+    fn chunk<const DUAL: bool>(
+        acc0: &mut [f32; 4],
+        acc1: &mut [f32; 4],
+        l: &(Self::Lane, Self::Lane),
+        x: &[u32; 8],
+    ) {
+        let steps = |acc: &mut [f32; 4], l: &Self::Lane| {
+            let mut j = 0;
+            while j < 4 {
+                let a = Self::fragments(l, j);
+                *acc = mma_f16_f32(a, [x[2 * j as usize], x[2 * j as usize + 1]], *acc);
+                j += 1;
+            }
+        };
+        steps(acc0, &l.0);
+        if DUAL {
+            steps(acc1, &l.1);
+        }
+    }
 }
 
 /// A tiled format whose tiles the Hopper GEMM ([`super::wgemm`]) stages in shared memory whole
@@ -156,10 +183,15 @@ impl Tiles for Fp8 {
 /// f16x2 (1025, 1025): `1024 + c − 1025 = c − 1`, exactly.
 const Q2_BIAS: u32 = 0x6401_6401;
 
+/// f16x2 (1, 1): the all-ones A operand of `Q2::chunk`.
+const Q2_ONES: u32 = 0x3C00_3C00;
+
 impl Tiles for Q2 {
     type Lane = ([u32; 2], u32);
     const ZERO: Self::Lane = ([0; 2], 0);
     const FACTOR: f32 = 1.0;
+    /// `Q2::chunk` accumulates 256·(c − 1)·x.
+    const GEMV_FACTOR: f32 = 1.0 / 256.0;
     const UNROLL: u32 = 4;
 
     #[inline(always)]
@@ -183,6 +215,50 @@ impl Tiles for Q2 {
             hmul2(f(2), s_lo),
             hmul2(f(3), s_hi),
         ]
+    }
+
+    /// The row scale `d` is the same for the whole tile, so it is applied once per tile in
+    /// f32 instead of once per value in f16, and the codes go to the `mma` unconverted: code
+    /// `c` moved to bits 8..10 of an f16 whose other bits are 0x6400 is `1024 + 256·c` (one
+    /// shift and one `lop3` per register, where [`Tiles::fragments`] spends four
+    /// instructions). So `t = Σ (1024 + 256·c)·x = 256·Σ (c + 4)·x`; four more `mma` with an
+    /// all-ones A give the chunk's `S = Σ x` per token (once for both projections), and
+    /// `acc += d·(t − 1280·S) = 256·d·Σ (c − 1)·x`. Every product is exact in f32 and `t`
+    /// stays within a few times the result, so the f32 sums lose nothing the default path
+    /// keeps. Per tile: 16 × 2 + 4 `mma` + 10, and 4 `mma` per chunk, instead of 16 × 4 + 4.
+    #[inline(always)]
+    fn chunk<const DUAL: bool>(
+        acc0: &mut [f32; 4],
+        acc1: &mut [f32; 4],
+        l: &(Self::Lane, Self::Lane),
+        x: &[u32; 8],
+    ) {
+        let mut sum = [0.0f32; 4];
+        unroll4!(J, 0 => {
+            sum = mma_f16_f32([Q2_ONES; 4], [x[2 * J], x[2 * J + 1]], sum);
+        });
+        let tile = |acc: &mut [f32; 4], l: &Self::Lane| {
+            let mut t = [0.0f32; 4];
+            unroll4!(J, 0 => {
+                let w = l.0[J / 2];
+                // Register r of step J: codes at bits 2s and 16 + 2s, s = 4·(J % 2) + r.
+                let f = |r: u32| {
+                    let s2 = 2 * (4 * (J as u32 % 2) + r);
+                    let v = if s2 <= 8 { w << (8 - s2) } else { w >> (s2 - 8) };
+                    and_or(v, 0x0300_0300, 0x6400_6400)
+                };
+                t = mma_f16_f32([f(0), f(1), f(2), f(3)], [x[2 * J], x[2 * J + 1]], t);
+            });
+            let (d_lo, d_hi) = (f16_to_f32_bits(l.1), f16_to_f32_bits(l.1 >> 16));
+            let d = [d_lo, d_lo, d_hi, d_hi];
+            unroll4!(I, 0 => {
+                acc[I] = fma_f32(fma_f32(sum[I], -1280.0, t[I]), d[I], acc[I]);
+            });
+        };
+        tile(acc0, &l.0);
+        if DUAL {
+            tile(acc1, &l.1);
+        }
     }
 }
 
