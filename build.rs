@@ -9,9 +9,6 @@ fn main() {
         // 64 registers instead of 72: four 256-thread blocks per SM instead of three (no
         // spills; the other GEMVs are at ≤ 64 already or are dual kernels).
         .launch_bounds("bf16_gemv", 256, 4)
-        // Q2_0's per-tile scaling (`Q2::chunk`) left alone takes 81 registers: 2 blocks per
-        // SM instead of 3 (with the bound: 80, a 4-byte spill outside the main loop).
-        .launch_bounds("q2_0_gemv_gate_up", 256, 3)
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     println!("cargo:rustc-env=DENSEFFN_PTX={}", ptx.display());

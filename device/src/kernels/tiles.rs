@@ -193,6 +193,9 @@ impl Tiles for Q2 {
     /// `Q2::chunk` accumulates 256·(c − 1)·x.
     const GEMV_FACTOR: f32 = 1.0 / 256.0;
     const UNROLL: u32 = 4;
+    /// 3 chunks in flight per projection in the dual kernel: with 4, `Q2::chunk` needs 81
+    /// registers (2 blocks per SM), and bounding it to 80 spills.
+    const UNROLL_DUAL: u32 = 3;
 
     #[inline(always)]
     unsafe fn load(codes: u64, scales: u64, tile: usize) -> Self::Lane {
