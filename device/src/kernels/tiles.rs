@@ -265,9 +265,6 @@ impl Tiles for Q2 {
     }
 }
 
-/// f16x2 (1024, 1024): `(1024 + q) − 1024 = q`, exactly.
-const Q4K_BIAS: u32 = 0x6400_6400;
-
 impl Tiles for Q4k {
     type Lane = ([u32; 4], [u32; 4]);
     const ZERO: Self::Lane = ([0; 4], [0; 4]);
@@ -284,22 +281,42 @@ impl Tiles for Q4k {
         )
     }
 
+    /// Code `q` moved to bits 6..10 of an f16 whose other bits are 0x6400 is `1024 + 64·q`
+    /// (one shift and one `lop3`), and `(1024 + 64·q)·(a/64) + (−b − 16·a) = a·q − b` in one
+    /// `fma.f16x2`: the `sub.f16x2` that made `q` exact is gone (3 instructions a register
+    /// instead of 4). `a/64` is exact (a power of two); `−b − 16·a` is rounded to f16 once per
+    /// sub-block, which moves a value by at most half an f16 step of `16·a + b`.
     #[inline(always)]
     fn fragments(l: &Self::Lane, j: u32) -> [u32; 4] {
         let w = l.0[j as usize];
         let sb = (j / 2) as usize;
         let (a, nb) = (l.1[2 * sb], l.1[2 * sb + 1]);
-        let (a_lo, a_hi) = (prmt(a, 0, 0x1010), prmt(a, 0, 0x3232));
-        let (b_lo, b_hi) = (prmt(nb, 0, 0x1010), prmt(nb, 0, 0x3232));
-        let q = |r: u32| hsub2(((w >> (4 * r)) & 0x000F_000F) | 0x6400_6400, Q4K_BIAS);
+        let a64 = hmul2(a, Q4K_INV64);
+        let c = hfma2(a, Q4K_NEG16, nb);
+        let (a_lo, a_hi) = (prmt(a64, 0, 0x1010), prmt(a64, 0, 0x3232));
+        let (c_lo, c_hi) = (prmt(c, 0, 0x1010), prmt(c, 0, 0x3232));
+        // Register r: codes at bits 4r and 16 + 4r, moved to bits 6 and 22.
+        let v = |r: u32| {
+            let s = if 4 * r <= 6 {
+                w << (6 - 4 * r)
+            } else {
+                w >> (4 * r - 6)
+            };
+            and_or(s, 0x03C0_03C0, 0x6400_6400)
+        };
         [
-            hfma2(q(0), a_lo, b_lo),
-            hfma2(q(1), a_hi, b_hi),
-            hfma2(q(2), a_lo, b_lo),
-            hfma2(q(3), a_hi, b_hi),
+            hfma2(v(0), a_lo, c_lo),
+            hfma2(v(1), a_hi, c_hi),
+            hfma2(v(2), a_lo, c_lo),
+            hfma2(v(3), a_hi, c_hi),
         ]
     }
 }
+
+/// f16x2 (1/64, 1/64).
+const Q4K_INV64: u32 = 0x2400_2400;
+/// f16x2 (−16, −16).
+const Q4K_NEG16: u32 = 0xCC00_CC00;
 
 impl StagedTiles for F16 {
     const CODE_BYTES: u32 = TileFormat::F16.code_bytes() as u32;
