@@ -1,5 +1,5 @@
 //! Host-side packing of the overlay formats into the tiled layouts the GEMV/GEMM kernels read
-//! (`denseffn_device::formats::tiles`): BF16 → f16 tiles, FP8 block-scaled → E4M3 tiles, Q2_0
+//! (`denseffn_device::formats::tiles`): BF16 → bf16 tiles, FP8 block-scaled → E4M3 tiles, Q2_0
 //! blocks → 2-bit tiles. Packing re-lays bits; it never requantizes (BF16 and Q2_0 keep every
 //! value; FP8 keeps its codes and rounds each block's scale ratio to f16).
 use crate::error::{Error, Result};
@@ -21,7 +21,7 @@ pub struct TiledHost {
     pub cols: usize,
     /// Tile codes, `tiles × format.code_bytes()`.
     pub codes: Vec<u8>,
-    /// Tile scales, `tiles × format.scale_bytes()` (empty for F16).
+    /// Tile scales, `tiles × format.scale_bytes()` (empty for BF16).
     pub scales: Vec<u8>,
     /// Per-tensor factor: `value = decoded · global`.
     pub global: f32,
@@ -76,9 +76,8 @@ impl TiledHost {
         }
     }
 
-    /// BF16 row-major `[rows, cols]` → f16 tiles times one power of two (exact for every value
-    /// within 2^-24 of the largest; smaller ones become f16 subnormals or 0). Non-finite
-    /// values are rejected.
+    /// BF16 row-major `[rows, cols]` → bf16 tiles (every value kept as it is, `global` = 1).
+    /// Non-finite values are rejected.
     pub fn from_bf16(tensor: &str, rows: usize, cols: usize, data: &[bf16]) -> Result<Self> {
         check_tiles(tensor, "BF16", rows, cols)?;
         if data.len() != rows * cols {
@@ -95,14 +94,11 @@ impl TiledHost {
                 data[i]
             )));
         }
-        let amax = data.iter().fold(0f32, |m, v| m.max(v.to_f32().abs()));
-        let f = pow2_for(amax, 14);
-        let mut t = TiledHost::empty(TileFormat::F16, rows, cols, 1.0 / f);
+        let mut t = TiledHost::empty(TileFormat::Bf16, rows, cols, 1.0);
         for r in 0..rows {
             for c in 0..cols {
                 let (at, _) = t.code_at(r, c);
-                let v = f16::from_f32(data[r * cols + c].to_f32() * f);
-                t.codes[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+                t.codes[at..at + 2].copy_from_slice(&data[r * cols + c].to_bits().to_le_bytes());
             }
         }
         Ok(t)

@@ -321,7 +321,7 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
     let nvfp4 = (TILE_CODE_BYTES as u32, TILE_SCALE_BYTES as u32);
     [
         ("gemm_nvfp4_t_", nvfp4.0, nvfp4.1),
-        f("bf16_gemm", TileFormat::F16),
+        f("bf16_gemm", TileFormat::Bf16),
         f("w8a16_gemm", TileFormat::Fp8),
         f("q2_0_gemm", TileFormat::Q2),
         f("q4k_gemm", TileFormat::Q4k),

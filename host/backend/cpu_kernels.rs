@@ -69,7 +69,7 @@ pub(crate) const KERNELS: &[&str] = &[
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
 fn format_of(kernel: &str) -> Format {
     match kernel.split('_').next() {
-        Some("bf16") => Format::Tiled(TileFormat::F16),
+        Some("bf16") => Format::Tiled(TileFormat::Bf16),
         Some("w8a16") | Some("w8a8") => Format::Tiled(TileFormat::Fp8),
         Some("q2") => Format::Tiled(TileFormat::Q2),
         Some("q4k") => Format::Tiled(TileFormat::Q4k),

@@ -67,7 +67,7 @@ impl OverlayKind {
             OverlayKind::Q2 => TileFormat::Q2,
             OverlayKind::Q4k => TileFormat::Q4k,
             OverlayKind::Fp8 => TileFormat::Fp8,
-            OverlayKind::Bf16 => TileFormat::F16,
+            OverlayKind::Bf16 => TileFormat::Bf16,
         }
     }
 }
@@ -83,7 +83,7 @@ pub struct TiledWeight {
     pub cols: usize,
     /// Tile codes.
     pub codes: DeviceBuffer,
-    /// Tile scales (`None` for F16, which has none).
+    /// Tile scales (`None` for BF16, which has none).
     pub scales: Option<DeviceBuffer>,
     /// Per-tensor factor.
     pub global: f32,
@@ -189,8 +189,8 @@ impl DenseFfnLayer {
         )
     }
 
-    /// Installs BF16 weights (kept on the device as f16 tiles with one power-of-two factor per
-    /// tensor, see `formats::tiles`). Decode runs `bf16_gemv*`; prefill and the small-batch
+    /// Installs BF16 weights (kept on the device as bf16 tiles in the tensor cores' canonical
+    /// layout, see `formats::tiles`). Decode runs `bf16_gemv*`; prefill and the small-batch
     /// paths (k2, k3, km) run the `bf16_gemm*` prefill arm, so such a layer never enters an
     /// NVFP4 kernel with the placeholder weights it may carry. Refused while LoRA deltas are
     /// installed.

@@ -86,6 +86,15 @@ pub fn desc_k128b(at: super::Smem) -> u64 {
     ((at.0 as u64 & 0x3FFFF) >> 4) | (1 << 16) | ((1024u64 >> 4) << 32) | (1 << 62)
 }
 
+/// A shared-memory matrix descriptor for a K-major bf16 operand without swizzle (the
+/// canonical "interleaved" layout): 8×8 core matrices of 128 contiguous bytes (16 bytes a row),
+/// the next core matrix along K `lbo` bytes further, the next eight rows `sbo` bytes further;
+/// `at` is the first core matrix (16-byte aligned).
+#[inline(always)]
+pub fn desc_k_plain(at: super::Smem, lbo: u32, sbo: u32) -> u64 {
+    ((at.0 as u64 & 0x3FFFF) >> 4) | (((lbo as u64) >> 4) << 16) | (((sbo as u64) >> 4) << 32)
+}
+
 /// The asm of a `wgmma.mma_async` with 64 f32 accumulators (`$acc`, an `[f32; 64]`), A in four
 /// registers (`$a`) and B by descriptor (`$desc`): `$op` is the instruction, `$imm` its
 /// immediates after the scale-d predicate (always 1: accumulate).
@@ -133,6 +142,40 @@ pub fn wgmma_m64n128k16_bf16(acc: &mut [f32; 64], a: [u32; 4], desc: u64) {
             acc,
             a,
             desc
+        )
+    };
+}
+
+/// `D += A·B` on the warpgroup with both operands in shared memory:
+/// `wgmma.mma_async…m64n128k16.f32.bf16.bf16`, A (64×16 bf16, K-major) by `a_desc` (e.g.
+/// [`desc_k_plain`]), B as [`wgmma_m64n128k16_bf16`]'s, D likewise. Asynchronous, as that one.
+#[inline(always)]
+pub fn wgmma_m64n128k16_bf16_ss(acc: &mut [f32; 64], a_desc: u64, b_desc: u64) {
+    // SAFETY: a warpgroup-wide tensor-core op on the shared memory both descriptors name;
+    // callers run it with the whole warpgroup converged and the memory staged.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.b32 p, {one}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {ad}, {bd}, p, 1, 1, 0, 0; }}",
+            d0 = inout(reg32) acc[0], d1 = inout(reg32) acc[1], d2 = inout(reg32) acc[2], d3 = inout(reg32) acc[3],
+            d4 = inout(reg32) acc[4], d5 = inout(reg32) acc[5], d6 = inout(reg32) acc[6], d7 = inout(reg32) acc[7],
+            d8 = inout(reg32) acc[8], d9 = inout(reg32) acc[9], d10 = inout(reg32) acc[10], d11 = inout(reg32) acc[11],
+            d12 = inout(reg32) acc[12], d13 = inout(reg32) acc[13], d14 = inout(reg32) acc[14], d15 = inout(reg32) acc[15],
+            d16 = inout(reg32) acc[16], d17 = inout(reg32) acc[17], d18 = inout(reg32) acc[18], d19 = inout(reg32) acc[19],
+            d20 = inout(reg32) acc[20], d21 = inout(reg32) acc[21], d22 = inout(reg32) acc[22], d23 = inout(reg32) acc[23],
+            d24 = inout(reg32) acc[24], d25 = inout(reg32) acc[25], d26 = inout(reg32) acc[26], d27 = inout(reg32) acc[27],
+            d28 = inout(reg32) acc[28], d29 = inout(reg32) acc[29], d30 = inout(reg32) acc[30], d31 = inout(reg32) acc[31],
+            d32 = inout(reg32) acc[32], d33 = inout(reg32) acc[33], d34 = inout(reg32) acc[34], d35 = inout(reg32) acc[35],
+            d36 = inout(reg32) acc[36], d37 = inout(reg32) acc[37], d38 = inout(reg32) acc[38], d39 = inout(reg32) acc[39],
+            d40 = inout(reg32) acc[40], d41 = inout(reg32) acc[41], d42 = inout(reg32) acc[42], d43 = inout(reg32) acc[43],
+            d44 = inout(reg32) acc[44], d45 = inout(reg32) acc[45], d46 = inout(reg32) acc[46], d47 = inout(reg32) acc[47],
+            d48 = inout(reg32) acc[48], d49 = inout(reg32) acc[49], d50 = inout(reg32) acc[50], d51 = inout(reg32) acc[51],
+            d52 = inout(reg32) acc[52], d53 = inout(reg32) acc[53], d54 = inout(reg32) acc[54], d55 = inout(reg32) acc[55],
+            d56 = inout(reg32) acc[56], d57 = inout(reg32) acc[57], d58 = inout(reg32) acc[58], d59 = inout(reg32) acc[59],
+            d60 = inout(reg32) acc[60], d61 = inout(reg32) acc[61], d62 = inout(reg32) acc[62], d63 = inout(reg32) acc[63],
+            ad = in(reg64) a_desc,
+            bd = in(reg64) b_desc,
+            one = in(reg32) 1u32,
+            options(nostack)
         )
     };
 }

@@ -2,16 +2,20 @@
 //!
 //! Every format cuts a `[rows, cols]` matrix into tiles of 16 rows × 64 columns, row-tile major
 //! (`tile = row_tile · k_tiles + k_tile`), and stores each tile so that lane `l` of a warp reads
-//! exactly its `mma.m16n8k16` A-fragments with 16- or 8-byte loads: for step `j` (columns
+//! exactly its `mma.m16n8k16` A-fragments with 16- or 8-byte loads (BF16: 4-byte ones): for step `j` (columns
 //! `16j..16j+16` of the tile) lane `l = 4g + q` holds registers `r = 0..4` of row
 //! `g + 8·(r & 1)`, columns `2q + 8·(r >> 1)` and the next one (low half = even column). The
-//! kernels turn a lane's data into f16 fragments; the value of an element is
+//! kernels turn a lane's data into f16 (BF16: bf16) fragments; the value of an element is
 //! `decoded · global`, `global` being the per-tensor scale the layer keeps beside the buffers.
 //! Rows must be a multiple of 16 and columns a multiple of 64.
 //!
-//! - [`TileFormat::F16`] (the BF16 overlay): f16 values `w · 2^e`, one power of two per tensor
-//!   (`global = 2^-e`) chosen so the largest `|w|` lands in [2^14, 2^15): every bf16 value in that
-//!   range is exact in f16. Step-major: `j · 512 + lane · 16 + r · 4`. No scales.
+//! - [`TileFormat::Bf16`] (the BF16 overlay): the bf16 values as they are (`global = 1`), in
+//!   the canonical layout of a `wgmma` K-major operand without swizzle, so that the prefill GEMM
+//!   hands the staged tile to the tensor cores by descriptor: 8×8 core matrices of 128 bytes
+//!   (row `lr % 8` at 16 bytes a row), core matrix `(lr / 8) · 8 + lk / 8`, i.e. element
+//!   (`lr`, `lk`) at `((lr / 8) · 8 + lk / 8) · 128 + (lr % 8) · 16 + (lk % 8) · 2`. A lane's
+//!   register `r` of step `j` is then 4 bytes at `((r & 1) · 8 + 2j + (r >> 1)) · 128 + g · 16
+//!   + q · 4`: one coalesced 128-byte load a warp. No scales.
 //! - [`TileFormat::Fp8`] (the FP8 overlay): E4M3 bytes as stored in the checkpoint; the pair of
 //!   steps `2p, 2p+1` at `p · 512 + lane · 16 + (j % 2) · 8 + r · 2`. Scales: one f16 pair per
 //!   tile (`block scale / global`, `global` = the largest block scale of the tensor), 4 bytes.
@@ -39,8 +43,8 @@ pub const TILE_K: usize = 64;
 /// A tiled overlay format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TileFormat {
-    /// f16 with a per-tensor power of two (from BF16 weights).
-    F16,
+    /// bf16 as given (BF16 weights), in `wgmma`'s canonical core-matrix layout.
+    Bf16,
     /// E4M3 with a per-tile f16 scale (from FP8 block-scaled weights).
     Fp8,
     /// 2-bit codes with per-row-block f16 scales (from Q2_0 weights).
@@ -53,7 +57,7 @@ impl TileFormat {
     /// Code bytes per tile.
     pub const fn code_bytes(self) -> usize {
         match self {
-            TileFormat::F16 => TILE_ROWS * TILE_K * 2,
+            TileFormat::Bf16 => TILE_ROWS * TILE_K * 2,
             TileFormat::Fp8 => TILE_ROWS * TILE_K,
             TileFormat::Q2 => TILE_ROWS * TILE_K / 4,
             TileFormat::Q4k => TILE_ROWS * TILE_K / 2,
@@ -63,7 +67,7 @@ impl TileFormat {
     /// Scale bytes per tile.
     pub const fn scale_bytes(self) -> usize {
         match self {
-            TileFormat::F16 => 0,
+            TileFormat::Bf16 => 0,
             TileFormat::Fp8 => 4,
             TileFormat::Q2 => 32,
             TileFormat::Q4k => 128,
@@ -78,7 +82,10 @@ impl TileFormat {
         let r = (lr / 8) + 2 * (kk / 8);
         let half = kk % 2;
         match self {
-            TileFormat::F16 => (j * 512 + lane * 16 + r * 4 + half * 2, 0),
+            TileFormat::Bf16 => (
+                ((lr / 8) * 8 + lk / 8) * 128 + (lr % 8) * 16 + (lk % 8) * 2,
+                0,
+            ),
             TileFormat::Fp8 => ((j / 2) * 512 + lane * 16 + (j % 2) * 8 + r * 2 + half, 0),
             TileFormat::Q2 => {
                 let s = 4 * (j % 2) + r;
@@ -92,7 +99,7 @@ impl TileFormat {
     /// For [`TileFormat::Q4k`], the factor `a` of sub-block 0 (see [`TileFormat::q4k_pos`]).
     pub const fn scale_pos(self, lr: usize) -> Option<usize> {
         match self {
-            TileFormat::F16 => None,
+            TileFormat::Bf16 => None,
             TileFormat::Fp8 => Some(0),
             TileFormat::Q2 => Some((lr % 8) * 4 + 2 * (lr / 8)),
             TileFormat::Q4k => Some(Self::q4k_pos(lr, 0, false)),
@@ -114,7 +121,9 @@ impl TileFormat {
             for (lk, v) in row.iter_mut().enumerate() {
                 let (off, bit) = self.code_pos(lr, lk);
                 *v = match self {
-                    TileFormat::F16 => f16_to_f32(u16::from_le_bytes([codes[off], codes[off + 1]])),
+                    TileFormat::Bf16 => f32::from_bits(
+                        (u16::from_le_bytes([codes[off], codes[off + 1]]) as u32) << 16,
+                    ),
                     TileFormat::Fp8 => e4m3::decode(codes[off]) * scale.unwrap_or(1.0),
                     TileFormat::Q2 => {
                         let word = u32::from_le_bytes([
@@ -156,13 +165,13 @@ mod tests {
     #[test]
     fn positions_are_a_bijection() {
         for f in [
-            TileFormat::F16,
+            TileFormat::Bf16,
             TileFormat::Fp8,
             TileFormat::Q2,
             TileFormat::Q4k,
         ] {
             let bits_per = match f {
-                TileFormat::F16 => 16,
+                TileFormat::Bf16 => 16,
                 TileFormat::Fp8 => 8,
                 TileFormat::Q2 => 2,
                 TileFormat::Q4k => 4,
@@ -196,8 +205,8 @@ mod tests {
                 for r in 0..4 {
                     let (lr, lk) = (g + 8 * (r & 1), 16 * j + 2 * q + 8 * (r >> 1));
                     assert_eq!(
-                        TileFormat::F16.code_pos(lr, lk).0,
-                        j * 512 + lane * 16 + r * 4
+                        TileFormat::Bf16.code_pos(lr, lk).0,
+                        ((r & 1) * 8 + 2 * j + (r >> 1)) * 128 + g * 16 + q * 4
                     );
                     assert_eq!(
                         TileFormat::Fp8.code_pos(lr, lk).0,

@@ -1,5 +1,5 @@
 //! Decode GEMV on tensor cores: `out[t][row] = W[row]·act[t]` for m ≤ 8 tokens, generic over
-//! the tiled weight format ([`Tiles`]: NVFP4, and the F16 / FP8 / Q2 overlays).
+//! the tiled weight format ([`Tiles`]: NVFP4, and the BF16 / FP8 / Q2_0 / Q4_K overlays).
 //!
 //! One warp owns one 16-row tile (two with the dual gate+up kernel: gate and up rows of the same
 //! tile, sharing the activation fragments) and streams it across its split of K in 64-column
@@ -17,7 +17,7 @@
 //! with `pack_out` set, or `silu_mul_pack`/`gelu_mul_pack`), and each lane reads its B fragments from
 //! there (32 bytes per token and chunk, served by L1 as the warps of a block share them): no
 //! prologue, no barrier, and no shared memory that grows with m × split.
-use super::tiles::{Fp8, Nvfp4, Q4k, Tiles, F16, Q2};
+use super::tiles::{Bf16, Fp8, Nvfp4, Q4k, Tiles, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::packed::pow2_scale;
@@ -123,10 +123,11 @@ unsafe fn stage_amax<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) 
     sync_threads();
 }
 
-/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]). Columns `8i..8i+8`
-/// of a chunk are the four `tq` pairs of one B-fragment register `q`.
+/// Pass 2 of the staging: scales, packs (f16, or bf16 when `BF`) and stores (see
+/// [`stage_amax`]). Columns `8i..8i+8` of a chunk are the four `tq` pairs of one B-fragment
+/// register `q`.
 #[inline(always)]
-unsafe fn stage_pack<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_pack<const SRC: u32, const BF: bool>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
     let tid = thread_x();
     let vecs = nchunks * (TILE_K as u32 / 8);
@@ -147,7 +148,12 @@ unsafe fn stage_pack<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) 
             let q = 2 * (kk / 16) + (kk % 16) / 8;
             let at = smem.add(GEMV_SMEM_HEADER + ((c * p.m + t) * GEMV_TOKEN_WORDS + q) * 4);
             unroll4!(TQ, 0 => {
-                at.add(TQ as u32 * 32).st_u32(pack_f16x2(v[2 * TQ] * f, v[2 * TQ + 1] * f));
+                let (lo, hi) = (v[2 * TQ] * f, v[2 * TQ + 1] * f);
+                at.add(TQ as u32 * 32).st_u32(if BF {
+                    pack_bf16x2(lo, hi)
+                } else {
+                    pack_f16x2(lo, hi)
+                });
             });
             i += GEMV_THREADS;
         }
@@ -189,11 +195,11 @@ unsafe fn stage_amax_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
 
 /// [`stage_pack`] for the launch's source.
 #[inline(always)]
-unsafe fn stage_pack_any(p: &GemvParams, chunk0: u32, nchunks: u32) {
+unsafe fn stage_pack_any<const BF: bool>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     match p.source {
-        source::BF16 => stage_pack::<{ source::BF16 }>(p, chunk0, nchunks),
-        source::SILU_F32 => stage_pack::<{ source::SILU_F32 }>(p, chunk0, nchunks),
-        _ => stage_pack::<{ source::F32 }>(p, chunk0, nchunks),
+        source::BF16 => stage_pack::<{ source::BF16 }, BF>(p, chunk0, nchunks),
+        source::SILU_F32 => stage_pack::<{ source::SILU_F32 }, BF>(p, chunk0, nchunks),
+        _ => stage_pack::<{ source::F32 }, BF>(p, chunk0, nchunks),
     }
 }
 
@@ -311,7 +317,11 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
             grid_dependency_wait();
         }
         stage_amax_any(p, chunk0, nchunks);
-        stage_pack_any(p, chunk0, nchunks);
+        if T::BF16 {
+            stage_pack_any::<true>(p, chunk0, nchunks);
+        } else {
+            stage_pack_any::<false>(p, chunk0, nchunks);
+        }
         if DUAL {
             preload(&mut l);
         }
@@ -505,7 +515,7 @@ macro_rules! overlay_gemv {
     };
 }
 
-overlay_gemv!(F16, bf16_gemv_gate_up, bf16_gemv);
+overlay_gemv!(Bf16, bf16_gemv_gate_up, bf16_gemv);
 overlay_gemv!(Fp8, w8a16_gemv_gate_up, w8a16_gemv);
 overlay_gemv!(Q2, q2_0_gemv_gate_up, q2_0_gemv);
 overlay_gemv!(Q4k, q4k_gemv_gate_up, q4k_gemv);

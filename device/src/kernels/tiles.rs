@@ -21,6 +21,9 @@ pub trait Tiles {
     /// The factor the decode GEMV's accumulators carry ([`Tiles::chunk`]); `FACTOR` unless a
     /// format overrides `chunk`.
     const GEMV_FACTOR: f32 = Self::FACTOR;
+    /// Whether the fragments are bf16 (else f16): the decode GEMV then stages its activations
+    /// as bf16 and multiplies with the bf16 `mma`.
+    const BF16: bool = false;
     /// Loads this lane's share of tile `tile`.
     ///
     /// # Safety
@@ -43,7 +46,12 @@ pub trait Tiles {
             let mut j = 0;
             while j < 4 {
                 let a = Self::fragments(l, j);
-                *acc = mma_f16_f32(a, [x[2 * j as usize], x[2 * j as usize + 1]], *acc);
+                let b = [x[2 * j as usize], x[2 * j as usize + 1]];
+                *acc = if Self::BF16 {
+                    mma_bf16_f32(a, b, *acc)
+                } else {
+                    mma_f16_f32(a, b, *acc)
+                };
                 j += 1;
             }
         };
@@ -61,6 +69,10 @@ pub trait StagedTiles: Tiles {
     const CODE_BYTES: u32;
     /// Bytes of scales per tile (a multiple of 16, or 4: staged in 4-byte pieces).
     const SCALE_BYTES: u32;
+    /// Whether the GEMM hands the staged tiles to `wgmma` by descriptor (bf16 tiles in the
+    /// canonical layout) instead of through each lane's registers ([`StagedTiles::load_shared`]
+    /// is then not called).
+    const BY_DESCRIPTOR: bool = false;
     /// This lane's share of the tile staged at `codes` / `scales`, as [`Tiles::load`] reads it
     /// from global memory.
     ///
@@ -71,8 +83,8 @@ pub trait StagedTiles: Tiles {
 
 /// NVFP4 tiles (codes pre-positioned for `cvt.rn.f16x2.e4m3x2`, E4M3 scales per 16).
 pub struct Nvfp4;
-/// f16 tiles (the BF16 overlay).
-pub struct F16;
+/// bf16 tiles in the canonical core-matrix layout (the BF16 overlay).
+pub struct Bf16;
 /// E4M3 tiles with one f16 scale per tile (the FP8 overlay).
 pub struct Fp8;
 /// 2-bit tiles with per-row f16 scales (the Q2_0 overlay).
@@ -125,23 +137,28 @@ impl StagedTiles for Nvfp4 {
     }
 }
 
-impl Tiles for F16 {
+impl Tiles for Bf16 {
     type Lane = [[u32; 4]; 4];
     const ZERO: Self::Lane = [[0; 4]; 4];
     const FACTOR: f32 = 1.0;
     const UNROLL: u32 = 2;
     const UNROLL_DUAL: u32 = 1;
+    const BF16: bool = true;
 
+    /// Register `r` of step `j` is 4 bytes at `((r & 1)·8 + 2j + (r >> 1))·128 + g·16 + q·4`
+    /// (`formats::tiles`): each of the 16 loads is one coalesced 128-byte row of the warp.
     #[inline(always)]
     unsafe fn load(codes: u64, _scales: u64, tile: usize) -> Self::Lane {
-        let at =
-            (codes as *const u8).add(tile * TileFormat::F16.code_bytes() + lane() as usize * 16);
-        [
-            ld_nc_v4(at),
-            ld_nc_v4(at.add(512)),
-            ld_nc_v4(at.add(1024)),
-            ld_nc_v4(at.add(1536)),
-        ]
+        let at = (codes as *const u8).add(
+            tile * TileFormat::Bf16.code_bytes() + (lane() / 4 * 16 + lane() % 4 * 4) as usize,
+        );
+        let mut l = [[0u32; 4]; 4];
+        unroll4!(J, 0 => {
+            unroll4!(R, 0 => {
+                l[J][R] = ld_nc_u32(at.add(((R & 1) * 8 + 2 * J + (R >> 1)) * 128));
+            });
+        });
+        l
     }
 
     #[inline(always)]
@@ -318,19 +335,14 @@ const Q4K_INV64: u32 = 0x2400_2400;
 /// f16x2 (−16, −16).
 const Q4K_NEG16: u32 = 0xCC00_CC00;
 
-impl StagedTiles for F16 {
-    const CODE_BYTES: u32 = TileFormat::F16.code_bytes() as u32;
+impl StagedTiles for Bf16 {
+    const CODE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
     const SCALE_BYTES: u32 = 0;
+    const BY_DESCRIPTOR: bool = true;
 
     #[inline(always)]
-    unsafe fn load_shared(codes: Smem, _scales: Smem) -> Self::Lane {
-        let at = codes.add(lane() * 16);
-        [
-            at.ld_v4(),
-            at.add(512).ld_v4(),
-            at.add(1024).ld_v4(),
-            at.add(1536).ld_v4(),
-        ]
+    unsafe fn load_shared(_codes: Smem, _scales: Smem) -> Self::Lane {
+        Self::ZERO
     }
 }
 

@@ -12,7 +12,7 @@
 //! activation in its epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
-use super::tiles::{Fp8, Nvfp4, Q4k, StagedTiles, Tiles, F16, Q2};
+use super::tiles::{Bf16, Fp8, Nvfp4, Q4k, StagedTiles, Tiles, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{
@@ -128,6 +128,9 @@ unsafe fn open_chunk<T: StagedTiles, const DUAL: bool, const PENDING: u32>(
         }
         cp_async_commit();
     }
+    if T::BY_DESCRIPTOR {
+        return (T::ZERO, T::ZERO);
+    }
     let proj = if DUAL { 2 } else { 1 };
     let warp = warp_id();
     let codes = pipe.stage(i).add(X_BYTES);
@@ -158,6 +161,23 @@ unsafe fn chunk_products<T: StagedTiles, const DUAL: bool>(
     acc1: &mut [f32; 64],
 ) {
     let st = pipe.stage(i);
+    if T::BY_DESCRIPTOR {
+        // The warpgroup's four tiles per projection lie back to back in the stage: eight-row
+        // groups 1024 bytes apart, core matrices along K 128 bytes apart, step j 256 bytes in.
+        let a = st.add(X_BYTES + (warp_id() / 4) * 4 * T::CODE_BYTES);
+        wgmma_fence();
+        unroll4!(J, 0 => {
+            let j = J as u32;
+            let desc = desc_k128b(st.add(32 * j));
+            wgmma_m64n128k16_bf16_ss(acc0, desc_k_plain(a.add(256 * j), 128, 1024), desc);
+            if DUAL {
+                let a1 = a.add(8 * T::CODE_BYTES + 256 * j);
+                wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
+            }
+        });
+        wgmma_commit();
+        return;
+    }
     unroll4!(J, 0 => {
         let j = J as u32;
         let f0 = bf16_fragments::<T>(&l.0, j);
@@ -348,7 +368,7 @@ macro_rules! overlay_wgemm {
     };
 }
 
-overlay_wgemm!(F16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
+overlay_wgemm!(Bf16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
 overlay_wgemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
 overlay_wgemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
 overlay_wgemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);
