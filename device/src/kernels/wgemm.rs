@@ -224,12 +224,22 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     // Chunk i's products run while the block opens chunk i + 1 (barrier, refill, lanes); they
     // are waited for before chunk i + 1's are issued, so no `wgmma` is in flight across the
     // loop (else ptxas serializes them all: its C7515).
+    // Formats read by descriptor keep chunk i's products in flight into chunk i + 1: only
+    // chunk i − 1's are waited for, before the barrier after which its stage is refilled.
     let mut lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 2 }>(p, &pipe, 0);
     for i in 0..pipe.chunks {
         chunk_products::<T, DUAL>(&pipe, i, &lanes, &mut acc0, &mut acc1);
+        if T::BY_DESCRIPTOR {
+            wgmma_wait::<1>();
+        }
         if i + 1 < pipe.chunks {
             lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 3 }>(p, &pipe, i + 1);
         }
+        if !T::BY_DESCRIPTOR {
+            wgmma_wait::<0>();
+        }
+    }
+    if T::BY_DESCRIPTOR {
         wgmma_wait::<0>();
     }
     cp_async_wait::<0>();
