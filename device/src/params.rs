@@ -332,6 +332,12 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
 /// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
 pub const W8A8_STAGE_K: u32 = 128;
 
+/// Row blocks per group of the block order of the `wgmma` GEMMs over formats read by
+/// descriptor (BF16), as [`W8A8_GROUP`]: with both operands handed to the tensor cores from
+/// shared memory, Nsight Compute put `bf16_gemm_gate_up_act` (8B, N = 4096, row blocks fastest)
+/// at 88% of DRAM bandwidth, the weights read once per token block.
+pub const GEMM_WG_GROUP: u32 = 8;
+
 /// Row blocks per group of the FP8 × FP8 GEMMs' block order: the blocks of a group walk its
 /// row blocks, then the next token block, so the blocks resident at one time share a few
 /// weight slabs (read from DRAM about once per `resident / GROUP` token blocks instead of once

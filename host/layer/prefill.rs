@@ -63,7 +63,7 @@ pub enum PrefillArm {
     /// `wgmma` e4m3 products; quantize, gate+up with the activation fused, quantize, down;
     /// 4 launches.
     W8a8Gemm,
-    /// The same GEMM over the BF16 overlay's f16 tiles.
+    /// The same GEMM over the BF16 overlay's bf16 tiles (both operands by descriptor).
     Bf16Gemm,
     /// Int8 activations × Q4_K MMQ copies on integer tensor cores (`mma.m16n8k32` s8): quantize,
     /// gate+up with the activation fused, quantize, down; 4 launches.

@@ -23,17 +23,6 @@ pub unsafe fn ld_nc_v2(p: *const u8) -> [u32; 2] {
     [a, b]
 }
 
-/// `ld.global.nc.u32`: 4 bytes through the read-only path.
-///
-/// # Safety
-/// As [`ld_nc_v4`], 4-byte aligned.
-#[inline(always)]
-pub unsafe fn ld_nc_u32(p: *const u8) -> u32 {
-    let a;
-    asm!("ld.global.nc.u32 {a}, [{p}];", a = out(reg32) a, p = in(reg64) p, options(nostack, readonly, pure));
-    a
-}
-
 /// `ld.global.cg.f32`: a load served from L2, seeing other blocks' writes made visible by a
 /// device fence (split-K partials).
 ///

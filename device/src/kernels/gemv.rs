@@ -123,9 +123,9 @@ unsafe fn stage_amax<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) 
     sync_threads();
 }
 
-/// Pass 2 of the staging: scales, packs (f16, or bf16 when `BF`) and stores (see
-/// [`stage_amax`]). Columns `8i..8i+8` of a chunk are the four `tq` pairs of one B-fragment
-/// register `q`.
+/// Pass 2 of the staging: scales, packs and stores (see [`stage_amax`]). Columns `8i..8i+8`
+/// of a chunk are the four `tq` pairs of one B-fragment register `q` as f16, or with `BF` (the
+/// BF16 format) four consecutive bf16 words of one lane in that format's permuted K order.
 #[inline(always)]
 unsafe fn stage_pack<const SRC: u32, const BF: bool>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
@@ -146,15 +146,23 @@ unsafe fn stage_pack<const SRC: u32, const BF: bool>(p: &GemvParams, chunk0: u32
             let v = act8::<SRC>(p.act0, p.act1, (t * p.k + k0 + 8 * i) as usize);
             let (c, kk) = (i / 8, (8 * i) % 64);
             let q = 2 * (kk / 16) + (kk % 16) / 8;
-            let at = smem.add(GEMV_SMEM_HEADER + ((c * p.m + t) * GEMV_TOKEN_WORDS + q) * 4);
-            unroll4!(TQ, 0 => {
-                let (lo, hi) = (v[2 * TQ] * f, v[2 * TQ + 1] * f);
-                at.add(TQ as u32 * 32).st_u32(if BF {
-                    pack_bf16x2(lo, hi)
-                } else {
-                    pack_f16x2(lo, hi)
+            let row = smem.add(GEMV_SMEM_HEADER + (c * p.m + t) * GEMV_TOKEN_WORDS * 4);
+            if BF {
+                // The BF16 format's order (`tiles::Bf16`): core matrix kg = kk / 8 is lane
+                // kg % 4's words 4·(kg / 4) .. + 4.
+                let kg = kk / 8;
+                row.add(((kg % 4) * 8 + (kg / 4) * 4) * 4).st_v4([
+                    pack_bf16x2(v[0] * f, v[1] * f),
+                    pack_bf16x2(v[2] * f, v[3] * f),
+                    pack_bf16x2(v[4] * f, v[5] * f),
+                    pack_bf16x2(v[6] * f, v[7] * f),
+                ]);
+            } else {
+                unroll4!(TQ, 0 => {
+                    row.add((TQ as u32 * 8 + q) * 4)
+                        .st_u32(pack_f16x2(v[2 * TQ] * f, v[2 * TQ + 1] * f));
                 });
-            });
+            }
             i += GEMV_THREADS;
         }
     }

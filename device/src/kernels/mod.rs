@@ -54,3 +54,19 @@ pub mod q8;
 pub mod tiles;
 pub mod w8a8;
 pub mod wgemm;
+
+/// The output tile of this block of a prefill GEMM, `(row block, token block)`: the grid (row
+/// blocks × token blocks, `blockIdx.x` fastest) walked in groups of `group` row blocks with the
+/// token blocks of a group in between, so the blocks resident at one time share a few row
+/// blocks' weights (read from DRAM about once per group instead of once per token block).
+#[inline(always)]
+pub(crate) fn tile_of_block(group: u32) -> (u32, u32) {
+    use crate::dsl::{block_x, block_y, grid_x, grid_y};
+    let (gx, gy) = (grid_x(), grid_y());
+    let lin = block_y() * gx + block_x();
+    let per_group = group * gy;
+    let first = lin / per_group * group;
+    let rows = core::cmp::min(group, gx - first);
+    let r = lin % per_group;
+    (first + r % rows, r / rows)
+}

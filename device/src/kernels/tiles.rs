@@ -21,8 +21,9 @@ pub trait Tiles {
     /// The factor the decode GEMV's accumulators carry ([`Tiles::chunk`]); `FACTOR` unless a
     /// format overrides `chunk`.
     const GEMV_FACTOR: f32 = Self::FACTOR;
-    /// Whether the fragments are bf16 (else f16): the decode GEMV then stages its activations
-    /// as bf16 and multiplies with the bf16 `mma`.
+    /// Whether the fragments are bf16 (else f16) and in the permuted K order of [`Bf16`]: the
+    /// decode GEMV then stages its activations as bf16 in that order and multiplies with the
+    /// bf16 `mma`.
     const BF16: bool = false;
     /// Loads this lane's share of tile `tile`.
     ///
@@ -137,6 +138,13 @@ impl StagedTiles for Nvfp4 {
     }
 }
 
+/// The decode GEMV reads a bf16 tile with four 16-byte loads a lane: lane `4g + q` takes row
+/// `g` and row `g + 8` of core matrices `q` and `4 + q` (columns `8q..8q+8` and `32+8q..40+8q`,
+/// 512 contiguous bytes a warp per load). The `mma` steps take these columns in a permuted
+/// order, which the staged activations follow (a dot product does not depend on the order of
+/// its terms): step `j`'s registers `(r & 1 ? row g+8 : row g, columns 2(r >> 1), +1)` are
+/// the lane's pairs `2(j % 2) + (r >> 1)` of its core matrix `q + 4(j / 2)`. The lane's B
+/// words `2j + h` then hold the activations of columns `32(j / 2) + 8q + 4(j % 2) + 2h`, +1.
 impl Tiles for Bf16 {
     type Lane = [[u32; 4]; 4];
     const ZERO: Self::Lane = [[0; 4]; 4];
@@ -145,20 +153,21 @@ impl Tiles for Bf16 {
     const UNROLL_DUAL: u32 = 1;
     const BF16: bool = true;
 
-    /// Register `r` of step `j` is 4 bytes at `((r & 1)·8 + 2j + (r >> 1))·128 + g·16 + q·4`
-    /// (`formats::tiles`): each of the 16 loads is one coalesced 128-byte row of the warp.
     #[inline(always)]
     unsafe fn load(codes: u64, _scales: u64, tile: usize) -> Self::Lane {
-        let at = (codes as *const u8).add(
-            tile * TileFormat::Bf16.code_bytes() + (lane() / 4 * 16 + lane() % 4 * 4) as usize,
-        );
-        let mut l = [[0u32; 4]; 4];
-        unroll4!(J, 0 => {
-            unroll4!(R, 0 => {
-                l[J][R] = ld_nc_u32(at.add(((R & 1) * 8 + 2 * J + (R >> 1)) * 128));
-            });
-        });
-        l
+        let at = (codes as *const u8)
+            .add(tile * TileFormat::Bf16.code_bytes() + (lane() / 4 * 16) as usize);
+        let q = (lane() % 4) as usize;
+        let e = ld_nc_v4(at.add(q * 128));
+        let f = ld_nc_v4(at.add((8 + q) * 128));
+        let e2 = ld_nc_v4(at.add((4 + q) * 128));
+        let f2 = ld_nc_v4(at.add((12 + q) * 128));
+        [
+            [e[0], f[0], e[1], f[1]],
+            [e[2], f[2], e[3], f[3]],
+            [e2[0], f2[0], e2[1], f2[1]],
+            [e2[2], f2[2], e2[3], f2[3]],
+        ]
     }
 
     #[inline(always)]

@@ -118,20 +118,6 @@ const _: () = {
     }
 };
 
-/// The output tile of this block, `(row block, token block)`: the grid (row blocks × token
-/// blocks, `blockIdx.x` fastest) walked in groups of [`W8A8_GROUP`] row blocks with the token
-/// blocks of a group in between.
-#[inline(always)]
-fn tile_of_block() -> (u32, u32) {
-    let (gx, gy) = (grid_x(), grid_y());
-    let lin = block_y() * gx + block_x();
-    let per_group = W8A8_GROUP * gy;
-    let first = lin / per_group * W8A8_GROUP;
-    let rows = core::cmp::min(W8A8_GROUP, gx - first);
-    let r = lin % per_group;
-    (first + r % rows, r / rows)
-}
-
 /// Issues this thread's copies of stage `s` (columns `128·s ..`) into `st`: the activations
 /// (16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`; zeros past the last token
 /// or column), every projection's 16 tiles (warp `w`'s two at `2w`, `2w + 1`; zeros past the
@@ -289,7 +275,7 @@ unsafe fn open_stage<const DUAL: bool>(
 unsafe fn w8a8<const DUAL: bool>(p: &GemmParams) {
     let stage_bytes = w8a8_stage_bytes(DUAL);
     let stages = p.k.div_ceil(W8A8_STAGE_K);
-    let tile = tile_of_block();
+    let tile = super::tile_of_block(W8A8_GROUP);
     for i in 0..w8a8_stages(DUAL) - 1 {
         if i < stages {
             stage_copy::<DUAL>(p, tile, stage_at::<DUAL>(stage_bytes, i), i);

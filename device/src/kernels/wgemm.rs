@@ -16,7 +16,7 @@ use super::tiles::{Bf16, Fp8, Nvfp4, Q4k, StagedTiles, Tiles, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{
-    gemm_wg_stage_bytes, GemmParams, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
+    gemm_wg_stage_bytes, GemmParams, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
 };
 
 /// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
@@ -38,9 +38,14 @@ fn bf16_fragments<T: Tiles>(l: &T::Lane, j: u32) -> [u32; 4] {
 /// chunk (16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`; zeros past the last
 /// token) and every projection's 8 tiles (zeros past the last row tile).
 #[inline(always)]
-unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(p: &GemmParams, st: Smem, c: u32) {
+unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(
+    p: &GemmParams,
+    tile: (u32, u32),
+    st: Smem,
+    c: u32,
+) {
     let tid = thread_x();
-    let tok0 = block_y() * GEMM_WG_TOKENS;
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
     let k_tiles = p.k / TILE_K as u32;
     unroll4!(Q, 0 => {
         let v = tid + 256 * Q as u32;
@@ -53,7 +58,7 @@ unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(p: &GemmParams, st: Smem
             cp_async_16(st.add(t * 128 + ((kg ^ (t % 8)) * 16)), src, if ok { 16 } else { 0 });
         }
     });
-    let rt0 = block_x() * (GEMM_WG_ROWS / TILE_ROWS as u32);
+    let rt0 = tile.0 * (GEMM_WG_ROWS / TILE_ROWS as u32);
     let row_tiles = p.n / TILE_ROWS as u32;
     let proj = if DUAL { 2 } else { 1 };
     let codes = st.add(X_BYTES);
@@ -93,8 +98,10 @@ unsafe fn stage_chunk<T: StagedTiles, const DUAL: bool>(p: &GemmParams, st: Smem
     }
 }
 
-/// Where a block's chunks live: stage size, first chunk, chunk count.
+/// Where a block's chunks live: its output tile (row block, token block), stage size, first
+/// chunk, chunk count.
 struct Pipe {
+    tile: (u32, u32),
     stage_bytes: u32,
     c_begin: u32,
     chunks: u32,
@@ -124,7 +131,7 @@ unsafe fn open_chunk<T: StagedTiles, const DUAL: bool, const PENDING: u32>(
     if i >= 1 {
         let j = i + GEMM_WG_STAGES - 2;
         if j < pipe.chunks {
-            stage_chunk::<T, DUAL>(p, pipe.stage(j), pipe.c_begin + j);
+            stage_chunk::<T, DUAL>(p, pipe.tile, pipe.stage(j), pipe.c_begin + j);
         }
         cp_async_commit();
     }
@@ -206,7 +213,15 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     } else {
         (0, k_tiles)
     };
+    // Formats read by descriptor are bound by memory traffic: their blocks walk the grid in
+    // groups of row blocks (weights read from DRAM about once per group).
+    let tile = if T::BY_DESCRIPTOR {
+        super::tile_of_block(GEMM_WG_GROUP)
+    } else {
+        (block_x(), block_y())
+    };
     let pipe = Pipe {
+        tile,
         stage_bytes,
         c_begin,
         chunks: c_end - c_begin,
@@ -215,7 +230,7 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     // so that the group count stays uniform).
     for i in 0..GEMM_WG_STAGES - 1 {
         if i < pipe.chunks {
-            stage_chunk::<T, DUAL>(p, pipe.stage(i), c_begin + i);
+            stage_chunk::<T, DUAL>(p, pipe.tile, pipe.stage(i), c_begin + i);
         }
         cp_async_commit();
     }
@@ -245,8 +260,8 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     cp_async_wait::<0>();
     let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
     let (g, tq) = (lane() / 4, lane() % 4);
-    let row_tile = block_x() * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
-    let tok0 = block_y() * GEMM_WG_TOKENS;
+    let row_tile = tile.0 * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
     // LoRA (the `_lora` entry points only, so the others keep their registers): scale the
     // accumulators now and add the `B·ax` deltas (before the activation). `acc[4f + i]` is
     // fragment `f`'s element `i`, the `[tile][fragment][i]` shape `gemm_delta` takes.
@@ -286,7 +301,7 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
         });
     }
     if split {
-        reduce_splits(p, GEMM_WG_ROWS, GEMM_WG_TOKENS);
+        reduce_splits(p, tile, GEMM_WG_ROWS, GEMM_WG_TOKENS);
     }
 }
 
@@ -316,14 +331,14 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
 /// partials in split order and writes the bf16 output (the others return). The counter of the
 /// tile is back at zero after.
 #[inline(always)]
-unsafe fn reduce_splits(p: &GemmParams, rows: u32, tokens: u32) {
-    let tile = block_y() * grid_x() + block_x();
+unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
+    let tile = at.1 * grid_x() + at.0;
     let counter = (p.counters as *mut u32).add(tile as usize);
     // The staging buffers are free: the main loop ended on a barrier.
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
-    let (row0, tok0) = (block_x() * rows, block_y() * tokens);
+    let (row0, tok0) = (at.0 * rows, at.1 * tokens);
     let mut i = thread_x();
     while i < rows * tokens {
         let (row, tok) = (row0 + i % rows, tok0 + i / rows);
