@@ -148,15 +148,14 @@ unsafe fn stage_pack<const SRC: u32, const BF: bool>(p: &GemvParams, chunk0: u32
             let q = 2 * (kk / 16) + (kk % 16) / 8;
             let row = smem.add(GEMV_SMEM_HEADER + (c * p.m + t) * GEMV_TOKEN_WORDS * 4);
             if BF {
-                // The BF16 format's order (`tiles::Bf16`): core matrix kg = kk / 8 is lane
-                // kg % 4's words 4·(kg / 4) .. + 4.
-                let kg = kk / 8;
-                row.add(((kg % 4) * 8 + (kg / 4) * 4) * 4).st_v4([
-                    pack_bf16x2(v[0] * f, v[1] * f),
-                    pack_bf16x2(v[2] * f, v[3] * f),
-                    pack_bf16x2(v[4] * f, v[5] * f),
-                    pack_bf16x2(v[6] * f, v[7] * f),
-                ]);
+                // The BF16 format's order (`tiles::Bf16`): core matrix kg = kk / 8 = i % 8 is
+                // lane kg % 4's words 4·(kg / 4) .. + 4.
+                let at = row.add((i % 4) * 32 + (i / 4 % 2) * 16);
+                // Four 4-byte stores, not one 16-byte one: a vector store's four consecutive
+                // registers cost `bf16_gemv` a spill at its 64-register bound.
+                unroll4!(E, 0 => {
+                    at.add(4 * E as u32).st_u32(pack_bf16x2(v[2 * E] * f, v[2 * E + 1] * f));
+                });
             } else {
                 unroll4!(TQ, 0 => {
                     row.add((TQ as u32 * 8 + q) * 4)

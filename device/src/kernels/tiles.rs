@@ -155,13 +155,10 @@ impl Tiles for Bf16 {
 
     #[inline(always)]
     unsafe fn load(codes: u64, _scales: u64, tile: usize) -> Self::Lane {
-        let at = (codes as *const u8)
-            .add(tile * TileFormat::Bf16.code_bytes() + (lane() / 4 * 16) as usize);
-        let q = (lane() % 4) as usize;
-        let e = ld_nc_v4(at.add(q * 128));
-        let f = ld_nc_v4(at.add((8 + q) * 128));
-        let e2 = ld_nc_v4(at.add((4 + q) * 128));
-        let f2 = ld_nc_v4(at.add((12 + q) * 128));
+        let lane_at = (lane() / 4 * 16 + lane() % 4 * 128) as usize;
+        let at = (codes as *const u8).add(tile * TileFormat::Bf16.code_bytes() + lane_at);
+        let (e, f) = (ld_nc_v4(at), ld_nc_v4(at.add(1024)));
+        let (e2, f2) = (ld_nc_v4(at.add(512)), ld_nc_v4(at.add(1536)));
         [
             [e[0], f[0], e[1], f[1]],
             [e[2], f[2], e[3], f[3]],
