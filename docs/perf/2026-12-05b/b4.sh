@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# 2026-12-05 (session 2): BF16 overlay on bf16 tiles in wgmma's canonical layout (branch bf16-ss).
+# Three builds, one process each, cuBLAS bf16 FFN in each:
+#   bin/denseffn-base = main 59fee82 (`cargo xtask gpu-bundle --gpu-only --base main`)
+#   bin/denseffn-r    = 4b6ee9e-era build: descriptors, chunk in flight, grouped grid walk,
+#                       16-byte permuted GEMV loads (the b3 bundle's bin/denseffn)
+#   bin/denseffn      = + single-projection BF16 GEMMs on two row blocks a block (tests are this one's)
+# carry: gpu-bundle
+here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
+lib="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null | head -1)"
+export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+pack() { (cd "$out" && tar czf /tmp/all.tgz --exclude=all.tgz . && mv /tmp/all.tgz all.tgz); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt"
+DENSEFFN_GPU_TEST_OVERLAYS=bf16 timeout 150 "$here/bin/test-gpu" --test-threads=1 overlays_match prefill_split_k > "$out/t-bf16-full.log" 2>&1; echo "bf16 full rc=$?"
+grep -E "test result|panicked|FAILED" "$out/t-bf16-full.log" | cut -c1-200 | head -12
+DENSEFFN_GPU_TEST_SMALL=1 timeout 100 "$here/bin/test-gpu" --test-threads=1 > "$out/t-small.log" 2>&1; echo "small rc=$?"
+grep -E "test result|panicked|FAILED" "$out/t-small.log" | cut -c1-200 | head -8
+pack
+A="bench --backend cuda --shapes 8b,70b --formats bf16 --m 1,8 --n 128,512,4096"
+for b in base r new; do
+  bin="$here/bin/denseffn-$b"; [ "$b" = new ] && bin="$here/bin/denseffn"
+  timeout 100 "$bin" $A --out "$out/$b" > "$out/$b.log" 2>&1; echo "$b rc=$?"
+done
+rm -f "$out"/*/*.svg
+for b in r new; do "$here/bin/denseffn" compare "$out/base" "$out/$b" --out "$out/ab-$b.md" >/dev/null; echo "== $b vs base"; grep -E "\| (forward|forward_km\(8\)|forward_prefill)" "$out/ab-$b.md" | cut -d'|' -f2,4,6-8 | head -16; done
+rm -f "$out"/*/bench.json
+for b in base r new; do echo "== $b"; grep -E "prefill" "$out/$b/bench.md" | cut -d'|' -f2,4,7-11 | head -8; done
+pack
+B="$here/bin/denseffn bench --backend cuda --shapes 8b --formats bf16 --m 1 --n 4096 --quick --out /tmp/b"
+timeout 90 ncu --clock-control none -k regex:'bf16_gemm' -c 2 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy $B > "$out/ncu.txt" 2>&1; echo "ncu rc=$?"
+grep -E "bf16_gemm|Duration|Throughput|L2 Hit" "$out/ncu.txt" | cut -c1-140 | head -24
+pack
+# Blocks-per-SM sweep of the decode GEMVs' planner on 8B BF16/NVFP4 (this build), cuBLAS in each.
+for v in auto 2 3 5 6 8; do
+  if [ "$v" = auto ]; then unset DENSEFFN_GEMV_BLOCKS_PER_SM; else export DENSEFFN_GEMV_BLOCKS_PER_SM=$v; fi
+  timeout 40 "$here/bin/denseffn" bench --backend cuda --shapes 8b --formats bf16,nvfp4 --m 1 --n 128 --out "$out/s$v" > "$out/s$v.log" 2>&1
+  echo "blocks/SM $v rc=$?"; grep -E "\| forward \|" "$out/s$v/bench.md" | cut -d'|' -f3,7,12,13
+  rm -f "$out/s$v"/*.svg "$out/s$v"/bench.json
+done
+unset DENSEFFN_GEMV_BLOCKS_PER_SM
+pack
