@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# 2026-12-05 (session 2): BF16 overlay on bf16 tiles in wgmma's canonical layout (branch bf16-ss).
+# Four builds, one process each, cuBLAS bf16 FFN in each:
+#   bin/denseffn-base = main 59fee82 (`cargo xtask gpu-bundle --gpu-only --base main`)
+#   bin/denseffn-r    = descriptors, a chunk in flight, grouped grid walk, 16-byte permuted GEMV loads
+#   bin/denseffn-p    = + single-projection BF16 GEMMs on two row blocks a block
+#   bin/denseffn      = + clusters of two blocks sharing each tile read (multicast); tests are this one's
+# carry: gpu-bundle
+here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
+lib="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null | head -1)"
+export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+pack() { (cd "$out" && tar czf /tmp/all.tgz --exclude=all.tgz . && mv /tmp/all.tgz all.tgz); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt"
+DENSEFFN_GPU_TEST_OVERLAYS=bf16 timeout 120 "$here/bin/test-gpu" --test-threads=1 overlays_match prefill_split_k > "$out/t-bf16-full.log" 2>&1; echo "bf16 full rc=$?"
+grep -E "test result|panicked|FAILED" "$out/t-bf16-full.log" | cut -c1-200 | head -12
+DENSEFFN_GPU_TEST_SMALL=1 timeout 90 "$here/bin/test-gpu" --test-threads=1 > "$out/t-small.log" 2>&1; echo "small rc=$?"
+grep -E "test result|panicked|FAILED" "$out/t-small.log" | cut -c1-200 | head -8
+pack
+A="bench --backend cuda --shapes 8b,70b --formats bf16 --m 1,8 --n 128,512,4096"
+for b in base r p new; do
+  bin="$here/bin/denseffn-$b"; [ "$b" = new ] && bin="$here/bin/denseffn"
+  timeout 60 "$bin" $A --out "$out/$b" > "$out/$b.log" 2>&1; echo "$b rc=$?"
+done
+rm -f "$out"/*/*.svg
+for b in r p new; do "$here/bin/denseffn" compare "$out/base" "$out/$b" --out "$out/ab-$b.md" >/dev/null; done
+rm -f "$out"/*/bench.json
+for b in base r p new; do echo "== $b"; grep -E "\| bf16 \| (forward|forward_prefill)" "$out/$b/bench.md" | cut -d'|' -f2,4,7-11 | head -10; done
+pack
+B="$here/bin/denseffn bench --backend cuda --shapes 8b --formats bf16 --m 1 --n 4096 --quick --out /tmp/b"
+timeout 60 ncu --clock-control none -k regex:'bf16_gemm' -c 2 --section SpeedOfLight --section MemoryWorkloadAnalysis $B > "$out/ncu.txt" 2>&1; echo "ncu rc=$?"
+grep -E "bf16_gemm|Duration|Throughput|L2 Hit" "$out/ncu.txt" | cut -c1-140 | head -24
+pack
+for v in auto 3 6; do
+  if [ "$v" = auto ]; then unset DENSEFFN_GEMV_BLOCKS_PER_SM; else export DENSEFFN_GEMV_BLOCKS_PER_SM=$v; fi
+  timeout 40 "$here/bin/denseffn" bench --backend cuda --shapes 8b --formats bf16,nvfp4 --m 1 --n 128 --out "$out/s$v" > "$out/s$v.log" 2>&1
+  echo "blocks/SM $v rc=$?"; grep -E "\| forward \|" "$out/s$v/bench.md" | cut -d'|' -f3,7,12,13
+  rm -f "$out/s$v"/*.svg "$out/s$v"/bench.json
+done
+pack
