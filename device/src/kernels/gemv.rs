@@ -99,6 +99,7 @@ unsafe fn act8<const SRC: u32>(act0: u64, act1: u64, idx: usize) -> [f32; 8] {
 /// Pass 1 ([`stage_amax`]) and pass 2 ([`stage_pack`]) are separate so the caller can issue its
 /// first weight loads between them. Each thread handles 8 consecutive columns at a time
 /// ([`act8`]); the source is a const parameter, so the loops carry no branch on it.
+/// The BF16 format skips pass 1: its staging is bf16, as wide in range as the f32 source.
 #[inline(always)]
 unsafe fn stage_amax<const SRC: u32>(p: &GemvParams, chunk0: u32, nchunks: u32) {
     let smem = Smem::base();
@@ -133,11 +134,16 @@ unsafe fn stage_pack<const SRC: u32, const BF: bool>(p: &GemvParams, chunk0: u32
     let vecs = nchunks * (TILE_K as u32 / 8);
     let k0 = chunk0 * TILE_K as u32;
     for t in 0..p.m {
-        let mut amax = 0.0f32;
-        for w in 0..WARPS {
-            amax = max_nan(amax, smem.add(RED_AT + (t * WARPS + w) * 4).ld_f32());
-        }
-        let (f, inv) = pow2_scale(amax);
+        // bf16 has f32's range: the BF16 format stages the values as they are (no amax pass).
+        let (f, inv) = if BF {
+            (1.0, 1.0)
+        } else {
+            let mut amax = 0.0f32;
+            for w in 0..WARPS {
+                amax = max_nan(amax, smem.add(RED_AT + (t * WARPS + w) * 4).ld_f32());
+            }
+            pow2_scale(amax)
+        };
         if tid == 0 {
             smem.add(SCALES_AT + t * 4).st_f32(inv);
         }
@@ -323,7 +329,9 @@ unsafe fn gemv_body<T: Tiles, const DUAL: bool, const PACKED: bool>(p: &GemvPara
         if wait {
             grid_dependency_wait();
         }
-        stage_amax_any(p, chunk0, nchunks);
+        if !T::BF16 {
+            stage_amax_any(p, chunk0, nchunks);
+        }
         if T::BF16 {
             stage_pack_any::<true>(p, chunk0, nchunks);
         } else {
