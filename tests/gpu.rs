@@ -838,6 +838,16 @@ fn q4k_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     assert!(y.iter().all(|v| v.is_finite()));
 }
 
+/// A test's "KV cache": freed when dropped, also when an assertion fails while it holds the
+/// device's free memory (the tests after it would otherwise find none).
+struct KvCache(Arc<dyn GpuBackend>, denseffn::backend::DevicePtr);
+
+impl Drop for KvCache {
+    fn drop(&mut self) {
+        let _ = self.0.free(self.1);
+    }
+}
+
 /// After a finalize: makes the context, lets a "KV cache" take all free memory but 256 MiB,
 /// then runs prefill (N = `n`, returned), decode, km(8) and prefill(1), asserting that free
 /// memory did not drop (no call allocated).
@@ -852,7 +862,7 @@ fn kv_cache_then_no_allocation(
     let xg = upload_bf16(gpu, x);
     let (free, _) = gpu.mem_info().unwrap();
     let slack = 256 << 20;
-    let kv = gpu.alloc(free - slack).unwrap();
+    let kv = KvCache(gpu.clone(), gpu.alloc(free.saturating_sub(slack)).unwrap());
     let (before, _) = gpu.mem_info().unwrap();
     let y = download_bf16(
         gpu,
@@ -868,7 +878,7 @@ fn kv_cache_then_no_allocation(
         after >= before,
         "free memory dropped from {before} to {after}: a call allocated"
     );
-    gpu.free(kv).unwrap();
+    drop(kv);
     eprintln!(
         "KV cache of {} bytes took the free memory; prefill N={n} and decode allocated nothing",
         free - slack

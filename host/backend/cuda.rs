@@ -41,6 +41,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The kernel entry points a PTX module declares (`.entry NAME(`), in order.
+fn entry_points(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|line| {
+        let rest = line.split_once(".entry ")?.1;
+        let name = rest.split(['(', ' ', '\t']).next()?.trim();
+        (!name.is_empty()).then_some(name)
+    })
+}
+
 fn drv(e: cu::DriverError) -> Error {
     Error::Driver(format!("{e:?}"))
 }
@@ -96,7 +105,7 @@ impl CudaBackend {
         // SAFETY: image is a NUL-terminated PTX text that outlives the call.
         let module = unsafe { cu::module::load_data(image.as_ptr() as *const c_void) }
             .map_err(|e| Error::Driver(format!("loading the PTX module: {e:?}")))?;
-        Ok(CudaBackend {
+        let backend = CudaBackend {
             ctx,
             ordinal,
             module,
@@ -108,7 +117,15 @@ impl CudaBackend {
             launches: AtomicU64::new(0),
             capturing: Mutex::new(HashMap::new()),
             graphs: Mutex::new(HashMap::new()),
-        })
+        };
+        // With lazy loading (the driver's default since CUDA 12.2) a kernel's code is put in
+        // device memory when its function is first looked up, which would otherwise be its
+        // first launch: possibly after an engine sized its KV cache from the free memory,
+        // so an allocation the load contract forbids. Every entry point is looked up now.
+        for name in entry_points(ptx) {
+            backend.function(name)?;
+        }
+        Ok(backend)
     }
 
     /// The device's ordinal.
@@ -480,5 +497,23 @@ impl CudaBackend {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_points;
+
+    #[test]
+    fn entry_points_are_every_declared_kernel_of_the_module() {
+        let names: Vec<&str> = entry_points(crate::PTX).collect();
+        let declared = crate::PTX.matches(".entry ").count();
+        assert_eq!(names.len(), declared);
+        assert!(names.contains(&"bf16_gemm") && names.contains(&"gemv_nvfp4_gate_up"));
+        assert!(names
+            .iter()
+            .all(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')));
+        let text = ".visible .entry a_b(\n\t.param .u64 p\n)\n.entry c\t(\n";
+        assert_eq!(entry_points(text).collect::<Vec<_>>(), ["a_b", "c"]);
     }
 }
