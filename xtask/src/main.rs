@@ -194,7 +194,7 @@ fn gpu_bundle(gpu_only: bool, base: Option<&str>) {
 }
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|gpu-tests|bench|all|sanitize|report|ab]
+# Runs the bundled test and bench binaries on a GPU machine. Usage: run.sh [tests|gpu-tests|overlays|bench|all|sanitize|report|ab]
 # gpu-tests: only the GPU test binaries (tests/gpu*.rs), the rest being CPU tests CI runs anyway.
 # report [ARGS]: `denseffn bench ARGS --out $OUT/report` (bench.md, bench.json, SVG plots; all
 # shapes and formats by default, e.g. `run.sh report --quick --shapes 8b`; ARGS must not repeat
@@ -202,6 +202,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # ab [ARGS]: the A/B of one change: `denseffn bench --backend cuda ARGS` with bin/denseffn-base
 # (`cargo xtask gpu-bundle --base REV`) into $OUT/ab-base, then with bin/denseffn into
 # $OUT/ab-new, same GPU, one after the other; `denseffn compare` of the two into $OUT/ab.md.
+# overlays: the all-formats overlay test one format at a time (DENSEFFN_GPU_TEST_OVERLAYS), each
+# in its own process and log ($OUT/overlays-<format>.log): on full shapes the four together take
+# longer than one device call may run.
 # sanitize: the GPU test binaries on small shapes under compute-sanitizer memcheck, racecheck,
 # initcheck and synccheck; each run's log goes to $OUT/sanitize-<tool>-<binary>.log and any
 # error fails the run.
@@ -251,6 +254,14 @@ if [ "$mode" = ab ]; then
     "$bin" bench --backend cuda --out "$out/ab-$v" "$@" > "$out/ab-$v.log" 2>&1 || rc=1
   done
   "$here/bin/denseffn" compare "$out/ab-base" "$out/ab-new" --out "$out/ab.md" || rc=1
+fi
+if [ "$mode" = overlays ]; then
+  for f in q2 q4k fp8 bf16; do
+    echo "== overlays $f" | tee -a "$out/overlays.log"
+    DENSEFFN_GPU_TEST_OVERLAYS=$f "$here/bin/test-gpu" --test-threads=1 --nocapture \
+      overlays_match > "$out/overlays-$f.log" 2>&1 || rc=1
+    grep -E "test result|panicked" "$out/overlays-$f.log" | tee -a "$out/overlays.log"
+  done
 fi
 if [ "$mode" = sanitize ]; then
   # Both GPU test binaries on small shapes. Skipped: the KV-cache tests (they allocate all free
