@@ -310,8 +310,8 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
     GEMM_WG_STAGES * gemm_wg_stage_bytes(dual, code_bytes, scale_bytes) + 1024
 }
 
-/// The prefill GEMM families (`wgmma`, sm_90a; `kernels::wgemm`), by entry-point prefix, with
-/// their tiles' code and scale bytes.
+/// The prefill GEMM families (`wgmma`, sm_90a; `kernels::wgemm`, and `kernels::bulk_gemm` for
+/// BF16), by entry-point prefix, with their tiles' code and scale bytes.
 pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
     use crate::formats::tiles::TileFormat;
@@ -327,6 +327,33 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
         f("q4k_gemm", TileFormat::Q4k),
     ]
 };
+
+/// Threads of a BF16 prefill GEMM block (`kernels::bulk_gemm`): two consumer warpgroups that
+/// issue the `wgmma`s and one producer warp that fills the stages.
+pub const GEMM_BULK_THREADS: u32 = 288;
+
+/// Bytes of the BF16 prefill GEMM's `mbarrier`s after its stages: a full and an empty barrier
+/// (8 bytes each) for up to 8 stages.
+pub const GEMM_BULK_BARRIER_BYTES: u32 = 128;
+
+/// Pipeline stages of a BF16 prefill GEMM (`kernels::bulk_gemm`): as many as fit one block per
+/// SM (gate+up 4 of 48 KiB, down 6 of 32 KiB).
+pub const fn gemm_bulk_stages(dual: bool) -> u32 {
+    if dual {
+        4
+    } else {
+        6
+    }
+}
+
+/// Dynamic shared memory of a BF16 prefill GEMM block: its stages (as
+/// [`gemm_wg_stage_bytes`] of the bf16 tiles), 1024 bytes to align the first, then the
+/// barriers.
+pub const fn gemm_bulk_smem_bytes(dual: bool) -> u32 {
+    use crate::formats::tiles::TileFormat;
+    let stage = gemm_wg_stage_bytes(dual, TileFormat::Bf16.code_bytes() as u32, 0);
+    gemm_bulk_stages(dual) * stage + 1024 + GEMM_BULK_BARRIER_BYTES
+}
 
 /// Columns per pipeline stage of the FP8 × FP8 prefill GEMMs (`w8a8_gemm*`,
 /// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
@@ -373,13 +400,16 @@ pub const fn w8a8_smem_bytes(dual: bool) -> u32 {
 }
 
 /// How a prefill GEMM entry point is launched: rows and tokens per block (grid
-/// `(ceil(n / rows), ceil(tokens / tokens), splits)`, 256 threads) and its dynamic shared memory.
+/// `(ceil(n / rows), ceil(tokens / tokens), splits)`), threads per block and its dynamic shared
+/// memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmShape {
     /// Output rows per block.
     pub rows: u32,
     /// Tokens per block.
     pub tokens: u32,
+    /// Threads per block (256, or [`GEMM_BULK_THREADS`] for the BF16 GEMMs).
+    pub threads: u32,
     /// Dynamic shared memory, bytes.
     pub smem: u32,
 }
@@ -392,7 +422,16 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
         return Some(GemmShape {
             rows: GEMM_WG_ROWS,
             tokens: GEMM_WG_TOKENS,
+            threads: 256,
             smem: w8a8_smem_bytes(dual),
+        });
+    }
+    if kernel.starts_with("bf16_gemm") {
+        return Some(GemmShape {
+            rows: GEMM_WG_ROWS,
+            tokens: GEMM_WG_TOKENS,
+            threads: GEMM_BULK_THREADS,
+            smem: gemm_bulk_smem_bytes(dual),
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES
@@ -401,6 +440,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
     Some(GemmShape {
         rows: GEMM_WG_ROWS,
         tokens: GEMM_WG_TOKENS,
+        threads: 256,
         smem: gemm_wg_smem_bytes(dual, cb, sb),
     })
 }

@@ -526,9 +526,10 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     };
     let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
     let splits = p.splits.max(1);
-    if l.grid != (gx, gy, splits) || l.block != (256, 1, 1) || l.smem != shape.smem {
+    let block = (shape.threads, 1, 1);
+    if l.grid != (gx, gy, splits) || l.block != block || l.smem != shape.smem {
         return bad(format!(
-            "grid {:?} / block {:?} / {} B shared, want ({gx}, {gy}, {splits}) / (256, 1, 1) / {} B",
+            "grid {:?} / block {:?} / {} B shared, want ({gx}, {gy}, {splits}) / {block:?} / {} B",
             l.grid, l.block, l.smem, shape.smem
         ));
     }

@@ -324,7 +324,7 @@ impl DenseFfnLayer {
         let launch = Launch {
             kernel,
             grid: (gx, gy, p.splits.max(1)),
-            block: (256, 1, 1),
+            block: (shape.threads, 1, 1),
             smem: shape.smem,
             params: p.as_bytes(),
         };
@@ -357,7 +357,9 @@ impl DenseFfnLayer {
             return whole;
         };
         let tiles = (n as u32).div_ceil(shape.rows) * (tokens as u32).div_ceil(shape.tokens);
-        let resident = self.gpu().resident_blocks(splitk, 256, shape.smem);
+        let resident = self
+            .gpu()
+            .resident_blocks(splitk, shape.threads, shape.smem);
         let (splits, cps) = gemm_splits(tiles, k, self.gpu().sm_count(), resident);
         if splits >= fewest {
             (splitk, splits, cps)

@@ -4,6 +4,7 @@
 //! Shared memory is one dynamic window (`dsmem`, declared at module scope by the PTX builder) and
 //! is addressed with 32-bit shared-space offsets ([`Smem`]).
 pub mod math;
+pub mod mbarrier;
 pub mod memory;
 pub mod mma;
 pub mod sync;
@@ -11,6 +12,7 @@ pub mod warp;
 pub mod wgmma;
 
 pub use math::*;
+pub use mbarrier::*;
 pub use memory::*;
 pub use mma::*;
 pub use sync::*;

@@ -44,6 +44,7 @@ macro_rules! unroll4 {
     }};
 }
 
+pub mod bulk_gemm;
 pub mod elementwise;
 pub mod gemv;
 pub mod lora;

@@ -70,10 +70,6 @@ pub trait StagedTiles: Tiles {
     const CODE_BYTES: u32;
     /// Bytes of scales per tile (a multiple of 16, or 4: staged in 4-byte pieces).
     const SCALE_BYTES: u32;
-    /// Whether the GEMM hands the staged tiles to `wgmma` by descriptor (bf16 tiles in the
-    /// canonical layout) instead of through each lane's registers ([`StagedTiles::load_shared`]
-    /// is then not called).
-    const BY_DESCRIPTOR: bool = false;
     /// This lane's share of the tile staged at `codes` / `scales`, as [`Tiles::load`] reads it
     /// from global memory.
     ///
@@ -340,17 +336,6 @@ impl Tiles for Q4k {
 const Q4K_INV64: u32 = 0x2400_2400;
 /// f16x2 (−16, −16).
 const Q4K_NEG16: u32 = 0xCC00_CC00;
-
-impl StagedTiles for Bf16 {
-    const CODE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
-    const SCALE_BYTES: u32 = 0;
-    const BY_DESCRIPTOR: bool = true;
-
-    #[inline(always)]
-    unsafe fn load_shared(_codes: Smem, _scales: Smem) -> Self::Lane {
-        Self::ZERO
-    }
-}
 
 impl StagedTiles for Fp8 {
     const CODE_BYTES: u32 = TileFormat::Fp8.code_bytes() as u32;

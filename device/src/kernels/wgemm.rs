@@ -12,11 +12,11 @@
 //! activation in its epilogue and writes `act(gate)·up` as bf16, the down GEMM's input.
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
-use super::tiles::{Bf16, Fp8, Nvfp4, Q4k, StagedTiles, Tiles, Q2};
+use super::tiles::{Fp8, Nvfp4, Q4k, StagedTiles, Tiles, Q2};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::params::{
-    gemm_wg_stage_bytes, GemmParams, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
+    gemm_wg_stage_bytes, GemmParams, GEMM_WG_ROWS, GEMM_WG_STAGES, GEMM_WG_TOKENS,
 };
 
 /// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
@@ -135,9 +135,6 @@ unsafe fn open_chunk<T: StagedTiles, const DUAL: bool, const PENDING: u32>(
         }
         cp_async_commit();
     }
-    if T::BY_DESCRIPTOR {
-        return (T::ZERO, T::ZERO);
-    }
     let proj = if DUAL { 2 } else { 1 };
     let warp = warp_id();
     let codes = pipe.stage(i).add(X_BYTES);
@@ -168,23 +165,6 @@ unsafe fn chunk_products<T: StagedTiles, const DUAL: bool>(
     acc1: &mut [f32; 64],
 ) {
     let st = pipe.stage(i);
-    if T::BY_DESCRIPTOR {
-        // The warpgroup's four tiles per projection lie back to back in the stage: eight-row
-        // groups 1024 bytes apart, core matrices along K 128 bytes apart, step j 256 bytes in.
-        let a = st.add(X_BYTES + (warp_id() / 4) * 4 * T::CODE_BYTES);
-        wgmma_fence();
-        unroll4!(J, 0 => {
-            let j = J as u32;
-            let desc = desc_k128b(st.add(32 * j));
-            wgmma_m64n128k16_bf16_ss(acc0, desc_k_plain(a.add(256 * j), 128, 1024), desc);
-            if DUAL {
-                let a1 = a.add(8 * T::CODE_BYTES + 256 * j);
-                wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
-            }
-        });
-        wgmma_commit();
-        return;
-    }
     unroll4!(J, 0 => {
         let j = J as u32;
         let f0 = bf16_fragments::<T>(&l.0, j);
@@ -213,13 +193,7 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     } else {
         (0, k_tiles)
     };
-    // Formats read by descriptor are bound by memory traffic: their blocks walk the grid in
-    // groups of row blocks (weights read from DRAM about once per group).
-    let tile = if T::BY_DESCRIPTOR {
-        super::tile_of_block(GEMM_WG_GROUP)
-    } else {
-        (block_x(), block_y())
-    };
+    let tile = (block_x(), block_y());
     let pipe = Pipe {
         tile,
         stage_bytes,
@@ -239,27 +213,16 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     // Chunk i's products run while the block opens chunk i + 1 (barrier, refill, lanes); they
     // are waited for before chunk i + 1's are issued, so no `wgmma` is in flight across the
     // loop (else ptxas serializes them all: its C7515).
-    // Formats read by descriptor keep chunk i's products in flight into chunk i + 1: only
-    // chunk i − 1's are waited for, before the barrier after which its stage is refilled.
     let mut lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 2 }>(p, &pipe, 0);
     for i in 0..pipe.chunks {
         chunk_products::<T, DUAL>(&pipe, i, &lanes, &mut acc0, &mut acc1);
-        if T::BY_DESCRIPTOR {
-            wgmma_wait::<1>();
-        }
         if i + 1 < pipe.chunks {
             lanes = open_chunk::<T, DUAL, { GEMM_WG_STAGES - 3 }>(p, &pipe, i + 1);
         }
-        if !T::BY_DESCRIPTOR {
-            wgmma_wait::<0>();
-        }
-    }
-    if T::BY_DESCRIPTOR {
         wgmma_wait::<0>();
     }
     cp_async_wait::<0>();
     let (mut s0, mut s1) = (T::FACTOR * p.gscale0, T::FACTOR * p.gscale1);
-    let (g, tq) = (lane() / 4, lane() % 4);
     let row_tile = tile.0 * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
     let tok0 = tile.1 * GEMM_WG_TOKENS;
     // LoRA (the `_lora` entry points only, so the others keep their registers): scale the
@@ -277,6 +240,28 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
         }
         (s0, s1) = (1.0, 1.0);
     }
+    store_tile::<DUAL>(p, tile, warp, split, (&acc0, &acc1), (s0, s1));
+    if split {
+        reduce_splits(p, tile, GEMM_WG_ROWS, GEMM_WG_TOKENS);
+    }
+}
+
+/// Writes a block's outputs: warp `warp`'s 16 rows × [`GEMM_WG_TOKENS`] tokens of `acc0` (times
+/// `s.0`), or with two projections `act(acc0·s.0)·(acc1·s.1)`; bf16 to `p.out` (`[tokens][n]`),
+/// or with K split f32 to this split's slice of `p.ws`. Rows and tokens past the ends are not
+/// written.
+#[inline(always)]
+pub(super) unsafe fn store_tile<const DUAL: bool>(
+    p: &GemmParams,
+    tile: (u32, u32),
+    warp: u32,
+    split: bool,
+    (acc0, acc1): (&[f32; 64], &[f32; 64]),
+    (s0, s1): (f32, f32),
+) {
+    let (g, tq) = (lane() / 4, lane() % 4);
+    let row_tile = tile.0 * (GEMM_WG_ROWS / TILE_ROWS as u32) + warp;
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
     if row_tile < p.n / TILE_ROWS as u32 {
         unroll16!(F => {
             unroll4!(I, 0 => {
@@ -299,9 +284,6 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
                 }
             });
         });
-    }
-    if split {
-        reduce_splits(p, tile, GEMM_WG_ROWS, GEMM_WG_TOKENS);
     }
 }
 
@@ -331,11 +313,14 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
 /// partials in split order and writes the bf16 output (the others return). The counter of the
 /// tile is back at zero after.
 #[inline(always)]
-unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
+pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
     let tile = at.1 * grid_x() + at.0;
     let counter = (p.counters as *mut u32).add(tile as usize);
     // The staging buffers are free: the main loop ended on a barrier.
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
+        return;
+    }
+    if thread_x() >= 256 {
         return;
     }
     let (row0, tok0) = (at.0 * rows, at.1 * tokens);
@@ -393,7 +378,6 @@ macro_rules! overlay_wgemm {
     };
 }
 
-overlay_wgemm!(Bf16, bf16_gemm_gate_up_act, bf16_gemm, bf16_gemm_splitk);
 overlay_wgemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
 overlay_wgemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
 overlay_wgemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);

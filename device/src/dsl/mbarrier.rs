@@ -1,0 +1,98 @@
+//! Shared-memory barriers (`mbarrier`, sm_90) and the bulk copies that complete on them: the
+//! pieces of a producer/consumer pipeline whose stages are handed over without block barriers.
+//!
+//! An `mbarrier` is an 8-byte, 8-byte-aligned shared-memory object. It completes a phase when
+//! its expected number of arrivals has arrived and its transaction count (bytes announced with
+//! [`mbar_arrive_expect_tx`] and delivered by [`bulk_copy`]) is back at zero; the next phase then
+//! begins. Phases are told apart by their parity: [`mbar_wait`]`(b, k & 1)` returns once phase `k`
+//! has completed (and before phase `k + 1` has, which the pipelines here guarantee by waiting for
+//! a stage's release before refilling it).
+use core::arch::asm;
+
+/// `mbarrier.init`: the barrier at `b` expects `count` arrivals a phase. Run by one thread, then
+/// [`fence_mbarrier_init`] and a block barrier before anyone uses it.
+///
+/// # Safety
+/// `b` must be 8-byte aligned inside the launch's shared memory and not in use.
+#[inline(always)]
+pub unsafe fn mbar_init(b: super::Smem, count: u32) {
+    asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) b.0, c = in(reg32) count, options(nostack));
+}
+
+/// `fence.mbarrier_init.release.cluster` and `fence.proxy.async.shared::cta`: makes this
+/// thread's [`mbar_init`]s visible to the other threads and to the async proxy (bulk copies).
+#[inline(always)]
+pub fn fence_mbarrier_init() {
+    // SAFETY: fences have no operands.
+    unsafe {
+        asm!(
+            "fence.mbarrier_init.release.cluster; fence.proxy.async.shared::cta;",
+            options(nostack)
+        )
+    };
+}
+
+/// `mbarrier.try_wait.parity`, repeated until phase `parity` of the barrier at `b` has
+/// completed. Acquire semantics: what the arrivals (and completed bulk copies) of that phase
+/// wrote to shared memory is visible after it.
+///
+/// # Safety
+/// `b` must be an initialised barrier.
+#[inline(always)]
+pub unsafe fn mbar_wait(b: super::Smem, parity: u32) {
+    loop {
+        let done: u32;
+        asm!(
+            "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+            b = in(reg32) b.0, ph = in(reg32) parity, d = out(reg32) done, options(nostack)
+        );
+        if done != 0 {
+            return;
+        }
+    }
+}
+
+/// `mbarrier.arrive`: one arrival on the barrier at `b` (release semantics: this thread's
+/// earlier shared-memory accesses happen before the phase completes).
+///
+/// # Safety
+/// `b` must be an initialised barrier expecting the arrival.
+#[inline(always)]
+pub unsafe fn mbar_arrive(b: super::Smem) {
+    asm!("{{ .reg .b64 s; mbarrier.arrive.shared::cta.b64 s, [{b}]; }}", b = in(reg32) b.0, options(nostack));
+}
+
+/// `mbarrier.arrive.expect_tx`: one arrival on the barrier at `b` that also announces `bytes`
+/// more bytes of bulk copies completing on it in this phase.
+///
+/// # Safety
+/// As [`mbar_arrive`]; exactly `bytes` bytes of [`bulk_copy`] must name this barrier.
+#[inline(always)]
+pub unsafe fn mbar_arrive_expect_tx(b: super::Smem, bytes: u32) {
+    asm!("{{ .reg .b64 s; mbarrier.arrive.expect_tx.shared::cta.b64 s, [{b}], {n}; }}", b = in(reg32) b.0, n = in(reg32) bytes, options(nostack));
+}
+
+/// `cp.async.mbarrier.arrive.noinc`: one arrival on the barrier at `b` once every `cp.async`
+/// this thread issued before it has completed (counted in the barrier's expected arrivals).
+///
+/// # Safety
+/// As [`mbar_arrive`].
+#[inline(always)]
+pub unsafe fn cp_async_mbar_arrive(b: super::Smem) {
+    asm!("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}];", b = in(reg32) b.0, options(nostack));
+}
+
+/// `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`: copies `bytes` bytes
+/// from global `src` to shared `dst` on the async proxy (one thread issues it; no registers);
+/// the copy completes `bytes` of the transaction count of the barrier at `b`.
+///
+/// # Safety
+/// `dst`, `src` and `bytes` must be multiples of 16; the ranges must be valid shared and
+/// readable global memory; `b` must expect the bytes ([`mbar_arrive_expect_tx`]).
+#[inline(always)]
+pub unsafe fn bulk_copy(dst: super::Smem, src: *const u8, bytes: u32, b: super::Smem) {
+    asm!(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+        d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) b.0, options(nostack)
+    );
+}

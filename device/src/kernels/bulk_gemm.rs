@@ -1,0 +1,233 @@
+//! Prefill GEMM over the BF16 overlay's tiles (`wgmma`, sm_90a), warp-specialized: `Y[t] = W·X[t]`
+//! for many tokens, both operands handed to the tensor cores from shared memory by descriptor.
+//!
+//! A block is 288 threads over [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens: two consumer
+//! warpgroups (warps 0–7, 64 rows each) and one producer warp (warp 8). The stages (64-column
+//! chunks, [`gemm_bulk_stages`] deep) are handed over by `mbarrier`s, not block barriers:
+//! - the producer waits for a stage's *empty* barrier (every consumer warp released the chunk
+//!   that was there), announces the weight bytes on its *full* barrier and fills it: each of
+//!   the block's row tiles per projection (2 KiB of bf16 in `wgmma`'s canonical layout, the
+//!   overlay's tile as it is in global memory) by one bulk copy (`cp.async.bulk`, one lane
+//!   each), the activations (tokens × 128 bytes, K-major, 128-byte swizzle) by `cp.async`, 32
+//!   pieces a lane, whose completion each lane signals on the same barrier;
+//! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n128k16` per
+//!   projection, and releases the stage of the chunk before once that chunk's products are done
+//!   (`wgmma.wait_group 1`: one chunk's products stay in flight).
+//!
+//! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
+//! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
+//! bf16, the down GEMM's input, as the other formats' GEMMs do ([`super::wgemm::store_tile`]).
+use super::wgemm::{reduce_splits, store_tile};
+use crate::dsl::*;
+use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
+use crate::formats::tiles::TileFormat;
+use crate::params::{
+    gemm_bulk_stages, gemm_wg_stage_bytes, GemmParams, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
+};
+
+/// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
+const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
+/// Bytes of one 16 × 64 bf16 tile.
+const TILE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
+/// Row tiles per block and projection.
+const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
+/// Consumer warps (two warpgroups); the producer is warp `CONSUMER_WARPS`.
+const CONSUMER_WARPS: u32 = 8;
+
+/// The block's stages and barriers in shared memory.
+struct Ring {
+    base: Smem,
+    stage_bytes: u32,
+    stages: u32,
+}
+
+impl Ring {
+    #[inline(always)]
+    fn new<const DUAL: bool>() -> Ring {
+        let stage_bytes = gemm_wg_stage_bytes(DUAL, TILE_BYTES, 0);
+        Ring {
+            base: Smem((Smem::base().0 + 1023) & !1023),
+            stage_bytes,
+            stages: gemm_bulk_stages(DUAL),
+        }
+    }
+
+    /// The stage of the block's chunk `i`.
+    #[inline(always)]
+    fn stage(&self, i: u32) -> Smem {
+        self.base.add((i % self.stages) * self.stage_bytes)
+    }
+
+    /// The barrier that completes when chunk `i`'s copies have landed.
+    #[inline(always)]
+    fn full(&self, i: u32) -> Smem {
+        self.base
+            .add(self.stages * self.stage_bytes + (i % self.stages) * 8)
+    }
+
+    /// The barrier that completes when every consumer warp is done with chunk `i`.
+    #[inline(always)]
+    fn empty(&self, i: u32) -> Smem {
+        self.full(i).add(64)
+    }
+
+    /// The parity of chunk `i`'s phase of its stage's barriers.
+    #[inline(always)]
+    fn parity(&self, i: u32) -> u32 {
+        (i / self.stages) & 1
+    }
+}
+
+/// The producer warp: fills the stages with chunks `c_begin ..` (`chunks` of them), each once
+/// the consumers have released the chunk `stages` before it.
+#[inline(always)]
+unsafe fn produce<const DUAL: bool>(
+    p: &GemmParams,
+    ring: &Ring,
+    tile: (u32, u32),
+    (c_begin, chunks): (u32, u32),
+) {
+    let ln = lane();
+    let k_tiles = p.k / TILE_K as u32;
+    let rt0 = tile.0 * ROW_TILES;
+    // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
+    // product row reads only its own row of A.
+    let valid = core::cmp::min(ROW_TILES, p.n / TILE_ROWS as u32 - rt0);
+    let proj = if DUAL { 2 } else { 1 };
+    let tok0 = tile.1 * GEMM_WG_TOKENS;
+    // Lane `ln`'s bulk copy: projection `ln / 8`, row tile `ln % 8`.
+    let (pj, rt) = (ln / ROW_TILES, ln % ROW_TILES);
+    let copies = pj < proj && rt < valid;
+    let w = if pj == 0 { p.w0 } else { p.w1 } as *const u8;
+    for i in 0..chunks {
+        if i >= ring.stages {
+            mbar_wait(ring.empty(i), ring.parity(i) ^ 1);
+        }
+        let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + i);
+        if ln == 0 {
+            mbar_arrive_expect_tx(full, proj * valid * TILE_BYTES);
+        }
+        if copies {
+            let src = w.add((((rt0 + rt) * k_tiles + c) * TILE_BYTES) as usize);
+            bulk_copy(
+                st.add(X_BYTES + (pj * ROW_TILES + rt) * TILE_BYTES),
+                src,
+                TILE_BYTES,
+                full,
+            );
+        }
+        // Activations: 16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`;
+        // zeros past the last token.
+        for q in 0..GEMM_WG_TOKENS * 8 / 32 {
+            let v = ln + 32 * q;
+            let (t, kg) = (v / 8, v % 8);
+            let tok = tok0 + t;
+            let ok = tok < p.tokens;
+            let at = (if ok { tok } else { 0 } * p.k + c * TILE_K as u32 + kg * 8) * 2;
+            let src = (p.x as *const u8).add(at as usize);
+            cp_async_16(
+                st.add(t * 128 + ((kg ^ (t % 8)) * 16)),
+                src,
+                if ok { 16 } else { 0 },
+            );
+        }
+        cp_async_mbar_arrive(full);
+    }
+    cp_async_wait::<0>();
+}
+
+/// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
+/// releases the previous chunk's stage once those products are done.
+#[inline(always)]
+unsafe fn consume<const DUAL: bool>(
+    ring: &Ring,
+    chunks: u32,
+    acc0: &mut [f32; 64],
+    acc1: &mut [f32; 64],
+) {
+    let wg = warp_id() / 4;
+    for i in 0..chunks {
+        mbar_wait(ring.full(i), ring.parity(i));
+        // The activations came through the generic proxy (`cp.async`); `wgmma` reads through
+        // the async one.
+        fence_proxy_async();
+        let st = ring.stage(i);
+        // The warpgroup's four tiles per projection lie back to back: eight-row groups 1024
+        // bytes apart, core matrices along K 128 bytes apart, step j 256 bytes in.
+        let a = st.add(X_BYTES + wg * 4 * TILE_BYTES);
+        wgmma_fence();
+        unroll4!(J, 0 => {
+            let j = J as u32;
+            let desc = desc_k128b(st.add(32 * j));
+            wgmma_m64n128k16_bf16_ss(acc0, desc_k_plain(a.add(256 * j), 128, 1024), desc);
+            if DUAL {
+                let a1 = a.add(ROW_TILES * TILE_BYTES + 256 * j);
+                wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
+            }
+        });
+        wgmma_commit();
+        wgmma_wait::<1>();
+        if i >= 1 && lane() == 0 {
+            mbar_arrive(ring.empty(i - 1));
+        }
+    }
+    wgmma_wait::<0>();
+}
+
+#[inline(always)]
+unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
+    let ring = Ring::new::<DUAL>();
+    let k_tiles = p.k / TILE_K as u32;
+    let split = SPLIT && !DUAL && p.splits > 1;
+    let (c_begin, c_end) = if split {
+        let c0 = block_z() * p.chunks_per_split;
+        (c0, (c0 + p.chunks_per_split).min(k_tiles))
+    } else {
+        (0, k_tiles)
+    };
+    let chunks = c_end - c_begin;
+    let tile = super::tile_of_block(GEMM_WG_GROUP);
+    if thread_x() == 0 {
+        for s in 0..ring.stages {
+            mbar_init(ring.full(s), 33);
+            mbar_init(ring.empty(s), CONSUMER_WARPS);
+        }
+        fence_mbarrier_init();
+    }
+    sync_threads();
+    let warp = warp_id();
+    if warp == CONSUMER_WARPS {
+        produce::<DUAL>(p, &ring, tile, (c_begin, chunks));
+    } else {
+        let mut acc0 = [0.0f32; 64];
+        let mut acc1 = [0.0f32; 64];
+        consume::<DUAL>(&ring, chunks, &mut acc0, &mut acc1);
+        store_tile::<DUAL>(p, tile, warp, split, (&acc0, &acc1), (p.gscale0, p.gscale1));
+    }
+    if split {
+        // Every thread counts in the barrier of the split-K completion (the producer too).
+        reduce_splits(p, tile, GEMM_WG_ROWS, GEMM_WG_TOKENS);
+    }
+}
+
+/// Prefill gate+up over the BF16 overlay with the activation fused: bf16 `act(g)·u` out.
+/// Block: [`crate::params::GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows ×
+/// [`GEMM_WG_TOKENS`] tokens; shared memory [`crate::params::gemm_bulk_smem_bytes`]`(true)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
+    bulk_gemm::<true, false>(&p)
+}
+
+/// Prefill single projection over the BF16 overlay: bf16 out. Block as the gate+up kernel's;
+/// shared memory [`crate::params::gemm_bulk_smem_bytes`]`(false)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm(p: GemmParams) {
+    bulk_gemm::<false, false>(&p)
+}
+
+/// `bf16_gemm` with K split over `blockIdx.z` (`GemmParams::splits`): f32 partials in
+/// `GemmParams::ws`, summed by the last block of each tile.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk(p: GemmParams) {
+    bulk_gemm::<false, true>(&p)
+}
