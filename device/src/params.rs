@@ -329,8 +329,8 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
 };
 
 /// Threads of a BF16 prefill GEMM block (`kernels::bulk_gemm`): two consumer warpgroups that
-/// issue the `wgmma`s and one producer warp that fills the stages.
-pub const GEMM_BULK_THREADS: u32 = 288;
+/// issue the `wgmma`s and one producer warpgroup that fills the stages.
+pub const GEMM_BULK_THREADS: u32 = 384;
 
 /// Bytes of the BF16 prefill GEMM's `mbarrier`s after its stages: a full and an empty barrier
 /// (8 bytes each) for up to 8 stages.

@@ -1,15 +1,17 @@
 //! Prefill GEMM over the BF16 overlay's tiles (`wgmma`, sm_90a), warp-specialized: `Y[t] = W·X[t]`
 //! for many tokens, both operands handed to the tensor cores from shared memory by descriptor.
 //!
-//! A block is 288 threads over [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens: two consumer
-//! warpgroups (warps 0–7, 64 rows each) and one producer warp (warp 8). The stages (64-column
+//! A block is 384 threads over [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens: two consumer
+//! warpgroups (warps 0–7, 64 rows each) and one producer warpgroup (warps 8–11). The stages (64-column
 //! chunks, [`gemm_bulk_stages`] deep) are handed over by `mbarrier`s, not block barriers:
 //! - the producer waits for a stage's *empty* barrier (every consumer warp released the chunk
 //!   that was there), announces the weight bytes on its *full* barrier and fills it: each of
 //!   the block's row tiles per projection (2 KiB of bf16 in `wgmma`'s canonical layout, the
-//!   overlay's tile as it is in global memory) by one bulk copy (`cp.async.bulk`, one lane
-//!   each), the activations (tokens × 128 bytes, K-major, 128-byte swizzle) by `cp.async`, 32
-//!   pieces a lane, whose completion each lane signals on the same barrier;
+//!   overlay's tile as it is in global memory) by one bulk copy (`cp.async.bulk`, one thread
+//!   each), the activations (tokens × 128 bytes, K-major, 128-byte swizzle) by `cp.async`, 8
+//!   pieces a thread, whose completion each thread signals on the same barrier (one warp
+//!   issuing all 1024 pieces, with their address arithmetic, was 45–52% slower than the
+//!   block-barrier GEMM before it on an H100: `docs/perf/2026-12-06-bf16-bulk.md`);
 //! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n128k16` per
 //!   projection, and releases the stage of the chunk before once that chunk's products are done
 //!   (`wgmma.wait_group 1`: one chunk's products stay in flight).
@@ -22,7 +24,8 @@ use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    gemm_bulk_stages, gemm_wg_stage_bytes, GemmParams, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
+    gemm_bulk_stages, gemm_wg_stage_bytes, GemmParams, GEMM_BULK_THREADS, GEMM_WG_GROUP,
+    GEMM_WG_ROWS, GEMM_WG_TOKENS,
 };
 
 /// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
@@ -78,8 +81,14 @@ impl Ring {
     }
 }
 
-/// The producer warp: fills the stages with chunks `c_begin ..` (`chunks` of them), each once
-/// the consumers have released the chunk `stages` before it.
+/// Producer threads: one warpgroup after the consumers'.
+const PRODUCERS: u32 = GEMM_BULK_THREADS - 32 * CONSUMER_WARPS;
+/// Arrivals a full barrier expects a phase: the weight bytes' announcement and every producer
+/// thread's `cp.async` completion.
+const FULL_ARRIVALS: u32 = 1 + PRODUCERS;
+
+/// The producer warpgroup: fills the stages with chunks `c_begin ..` (`chunks` of them), each
+/// once the consumers have released the chunk `stages` before it.
 #[inline(always)]
 unsafe fn produce<const DUAL: bool>(
     p: &GemmParams,
@@ -87,24 +96,31 @@ unsafe fn produce<const DUAL: bool>(
     tile: (u32, u32),
     (c_begin, chunks): (u32, u32),
 ) {
-    let ln = lane();
+    let pt = thread_x() - 32 * CONSUMER_WARPS;
     let k_tiles = p.k / TILE_K as u32;
     let rt0 = tile.0 * ROW_TILES;
     // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
     // product row reads only its own row of A.
     let valid = core::cmp::min(ROW_TILES, p.n / TILE_ROWS as u32 - rt0);
     let proj = if DUAL { 2 } else { 1 };
-    let tok0 = tile.1 * GEMM_WG_TOKENS;
-    // Lane `ln`'s bulk copy: projection `ln / 8`, row tile `ln % 8`.
-    let (pj, rt) = (ln / ROW_TILES, ln % ROW_TILES);
+    // Thread `pt`'s bulk copy: projection `pt / 8`, row tile `pt % 8`.
+    let (pj, rt) = (pt / ROW_TILES, pt % ROW_TILES);
     let copies = pj < proj && rt < valid;
     let w = if pj == 0 { p.w0 } else { p.w1 } as *const u8;
+    // Activations: thread `pt` copies 16-byte piece `kg` of tokens `t0 + 16q` (q < 8), stored
+    // at row `t`, chunk `kg ^ (t % 8)` (the same for every q); zeros past the last token.
+    let (t0, kg) = (pt / 8, pt % 8);
+    let tok0 = tile.1 * GEMM_WG_TOKENS + t0;
+    let dst0 = t0 * 128 + (kg ^ (t0 % 8)) * 16;
+    let row = p.k as usize * 2;
+    let x0 = (p.x as *const u8).add(kg as usize * 16);
+    let whole = tile.1 * GEMM_WG_TOKENS + GEMM_WG_TOKENS <= p.tokens;
     for i in 0..chunks {
         if i >= ring.stages {
             mbar_wait(ring.empty(i), ring.parity(i) ^ 1);
         }
         let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + i);
-        if ln == 0 {
+        if pt == 0 {
             mbar_arrive_expect_tx(full, proj * valid * TILE_BYTES);
         }
         if copies {
@@ -116,24 +132,23 @@ unsafe fn produce<const DUAL: bool>(
                 full,
             );
         }
-        // Activations: 16-byte piece `kg` of token `t` at row `t`, chunk `kg ^ (t % 8)`;
-        // zeros past the last token.
-        for q in 0..GEMM_WG_TOKENS * 8 / 32 {
-            let v = ln + 32 * q;
-            let (t, kg) = (v / 8, v % 8);
-            let tok = tok0 + t;
-            let ok = tok < p.tokens;
-            let at = (if ok { tok } else { 0 } * p.k + c * TILE_K as u32 + kg * 8) * 2;
-            let src = (p.x as *const u8).add(at as usize);
-            cp_async_16(
-                st.add(t * 128 + ((kg ^ (t % 8)) * 16)),
-                src,
-                if ok { 16 } else { 0 },
-            );
+        let x = x0.add(c as usize * TILE_K * 2);
+        if whole {
+            let mut src = x.add(tok0 as usize * row);
+            unroll8!(Q => {
+                cp_async_16(st.add(dst0 + 2048 * Q as u32), src, 16);
+                src = src.add(16 * row);
+            });
+        } else {
+            for q in 0..GEMM_WG_TOKENS / 16 {
+                let tok = tok0 + 16 * q;
+                let ok = tok < p.tokens;
+                let src = x.add(if ok { tok as usize * row } else { 0 });
+                cp_async_16(st.add(dst0 + 2048 * q), src, if ok { 16 } else { 0 });
+            }
         }
         cp_async_mbar_arrive(full);
     }
-    cp_async_wait::<0>();
 }
 
 /// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
@@ -189,14 +204,14 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
     let tile = super::tile_of_block(GEMM_WG_GROUP);
     if thread_x() == 0 {
         for s in 0..ring.stages {
-            mbar_init(ring.full(s), 33);
+            mbar_init(ring.full(s), FULL_ARRIVALS);
             mbar_init(ring.empty(s), CONSUMER_WARPS);
         }
         fence_mbarrier_init();
     }
     sync_threads();
     let warp = warp_id();
-    if warp == CONSUMER_WARPS {
+    if warp >= CONSUMER_WARPS {
         produce::<DUAL>(p, &ring, tile, (c_begin, chunks));
     } else {
         let mut acc0 = [0.0f32; 64];
