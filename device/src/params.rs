@@ -310,9 +310,10 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
     GEMM_WG_STAGES * gemm_wg_stage_bytes(dual, code_bytes, scale_bytes) + 1024
 }
 
-/// The prefill GEMM families (`wgmma`, sm_90a; `kernels::wgemm`, and `kernels::bulk_gemm` for
-/// BF16), by entry-point prefix, with their tiles' code and scale bytes.
-pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
+/// The prefill GEMM families of `kernels::wgemm` (`wgmma`, sm_90a; BF16's GEMM is
+/// `kernels::bulk_gemm`, [`gemm_bulk_smem_bytes`]), by entry-point prefix, with their tiles'
+/// code and scale bytes.
+pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 4] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
     use crate::formats::tiles::TileFormat;
     const fn f(prefix: &'static str, t: TileFormat) -> (&'static str, u32, u32) {
@@ -321,7 +322,6 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 5] = {
     let nvfp4 = (TILE_CODE_BYTES as u32, TILE_SCALE_BYTES as u32);
     [
         ("gemm_nvfp4_t_", nvfp4.0, nvfp4.1),
-        f("bf16_gemm", TileFormat::Bf16),
         f("w8a16_gemm", TileFormat::Fp8),
         f("q2_0_gemm", TileFormat::Q2),
         f("q4k_gemm", TileFormat::Q4k),

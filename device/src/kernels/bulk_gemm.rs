@@ -34,7 +34,7 @@ const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
 const TILE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
 /// Row tiles per block and projection.
 const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
-/// Consumer warps (two warpgroups); the producer is warp `CONSUMER_WARPS`.
+/// Consumer warps (two warpgroups); the producer warpgroup follows them.
 const CONSUMER_WARPS: u32 = 8;
 
 /// The block's stages and barriers in shared memory.

@@ -316,10 +316,11 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
 pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
     let tile = at.1 * grid_x() + at.0;
     let counter = (p.counters as *mut u32).add(tile as usize);
-    // The staging buffers are free: the main loop ended on a barrier.
+    // The staging buffers are free: every thread is past the main loop at the barrier in there.
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
+    // The sum runs on 256 threads (a BF16 block's producer warpgroup only counts in above).
     if thread_x() >= 256 {
         return;
     }
