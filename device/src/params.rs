@@ -311,7 +311,7 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
 }
 
 /// The prefill GEMM families of `kernels::wgemm` (`wgmma`, sm_90a; BF16's GEMM is
-/// `kernels::bulk_gemm`, [`gemm_bulk_smem_bytes`]), by entry-point prefix, with their tiles'
+/// `kernels::bulk_gemm`, [`GEMM_BULK_SMEM_BYTES`]), by entry-point prefix, with their tiles'
 /// code and scale bytes.
 pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 4] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
@@ -336,24 +336,29 @@ pub const GEMM_BULK_THREADS: u32 = 384;
 /// (8 bytes each) for up to 8 stages.
 pub const GEMM_BULK_BARRIER_BYTES: u32 = 128;
 
+/// Rows per block of the BF16 single-projection prefill GEMMs (`bf16_gemm`, `bf16_gemm_splitk`):
+/// each consumer warpgroup multiplies two 64-row halves (rows `64w` and `128 + 64w`) with the
+/// same activations, as the gate+up kernel multiplies gate and up, so a stage carries 256 rows
+/// of weights for 128 tokens (half the activation bytes a product of the 128-row block).
+pub const GEMM_BULK_WIDE_ROWS: u32 = 256;
+
+// One wide block fills an SM's shared memory (228 KiB), so a split-K plan of it (`splits ×
+// blocks ≤ sm_count`) needs no more workspace than one of two 128 × 128 blocks per SM.
+const _: () = assert!(2 * GEMM_BULK_SMEM_BYTES > 228 * 1024);
+
 /// Pipeline stages of a BF16 prefill GEMM (`kernels::bulk_gemm`): as many as fit one block per
-/// SM (gate+up 4 of 48 KiB, down 6 of 32 KiB).
-pub const fn gemm_bulk_stages(dual: bool) -> u32 {
-    if dual {
-        4
-    } else {
-        6
-    }
-}
+/// SM (4 of 48 KiB: 128 tokens of activations and 16 weight tiles, for gate+up and the wide
+/// single projection alike).
+pub const GEMM_BULK_STAGES: u32 = 4;
 
 /// Dynamic shared memory of a BF16 prefill GEMM block: its stages (as
-/// [`gemm_wg_stage_bytes`] of the bf16 tiles), 1024 bytes to align the first, then the
-/// barriers.
-pub const fn gemm_bulk_smem_bytes(dual: bool) -> u32 {
+/// [`gemm_wg_stage_bytes`] of two projections' bf16 tiles), 1024 bytes to align the first,
+/// then the barriers.
+pub const GEMM_BULK_SMEM_BYTES: u32 = {
     use crate::formats::tiles::TileFormat;
-    let stage = gemm_wg_stage_bytes(dual, TileFormat::Bf16.code_bytes() as u32, 0);
-    gemm_bulk_stages(dual) * stage + 1024 + GEMM_BULK_BARRIER_BYTES
-}
+    let stage = gemm_wg_stage_bytes(true, TileFormat::Bf16.code_bytes() as u32, 0);
+    GEMM_BULK_STAGES * stage + 1024 + GEMM_BULK_BARRIER_BYTES
+};
 
 /// Columns per pipeline stage of the FP8 × FP8 prefill GEMMs (`w8a8_gemm*`,
 /// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
@@ -428,10 +433,10 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
     }
     if kernel.starts_with("bf16_gemm") {
         return Some(GemmShape {
-            rows: GEMM_WG_ROWS,
+            rows: if dual { GEMM_WG_ROWS } else { GEMM_BULK_WIDE_ROWS },
             tokens: GEMM_WG_TOKENS,
             threads: GEMM_BULK_THREADS,
-            smem: gemm_bulk_smem_bytes(dual),
+            smem: GEMM_BULK_SMEM_BYTES,
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES

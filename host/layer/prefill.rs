@@ -372,14 +372,15 @@ impl DenseFfnLayer {
 /// The K-split entry point of a single-projection prefill GEMM, and the fewest splits it is
 /// used with. Measured on the H200 (docs/perf/2026-12-03-gemm-splitk.md): NVFP4 down gained
 /// from 2 splits (8B, N = 512: −6.6%), Q2_0 lost 2.6% there and gained from 8 (N = 128), so
-/// the overlay formats split only 4 ways or more.
+/// the overlay formats split only 4 ways or more; BF16's down blocks are 256 rows
+/// (`GEMM_BULK_WIDE_ROWS`), so its grid is half as large and splits from 2 (8B, N = 512: 64 tiles).
 fn splitk_variant(kernel: &str) -> Option<(&'static str, u32)> {
     match kernel {
         "gemm_nvfp4_t_down" => Some(("gemm_nvfp4_t_down_splitk", 2)),
         "q2_0_gemm" => Some(("q2_0_gemm_splitk", 4)),
         "q4k_gemm" => Some(("q4k_gemm_splitk", 4)),
         "w8a16_gemm" => Some(("w8a16_gemm_splitk", 4)),
-        "bf16_gemm" => Some(("bf16_gemm_splitk", 4)),
+        "bf16_gemm" => Some(("bf16_gemm_splitk", 2)),
         _ => None,
     }
 }
