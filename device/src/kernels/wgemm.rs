@@ -311,7 +311,9 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
 
 /// The last block of a split-K tile (`rows` × `tokens` outputs) to finish sums the tile's
 /// partials in split order and writes the bf16 output (the others return). The counter of the
-/// tile is back at zero after.
+/// tile is back at zero after. Every thread of the block takes four rows of one token a step,
+/// the 16-byte loads of (up to 8) splits issued before their sum: the tail of the launch waits
+/// on this block, so it is bound by load latency, not bytes.
 #[inline(always)]
 pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
     let tile = at.1 * grid_x() + at.0;
@@ -320,24 +322,36 @@ pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, to
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
-    // The sum runs on 256 threads (a BF16 block's producer warpgroup only counts in above).
-    if thread_x() >= 256 {
-        return;
-    }
-    let (row0, tok0) = (at.0 * rows, at.1 * tokens);
+    let (row0, tok0, quads) = (at.0 * rows, at.1 * tokens, rows / 4);
     let mut i = thread_x();
-    while i < rows * tokens {
-        let (row, tok) = (row0 + i % rows, tok0 + i / rows);
+    while i < quads * tokens {
+        // Rows are a multiple of 16, so a quad lies within the matrix or past it.
+        let (row, tok) = (row0 + 4 * (i % quads), tok0 + i / quads);
         if row < p.n && tok < p.tokens {
-            let mut sum = 0.0f32;
-            for s in 0..p.splits {
-                sum += ld_cg_f32(
-                    (p.ws as *const f32).add(((s * p.tokens + tok) * p.n + row) as usize),
-                );
+            let part = |s: u32| {
+                let at = (s * p.tokens + tok) * p.n + row;
+                ld_cg_v4_f32((p.ws as *const f32).add(at as usize))
+            };
+            let mut v = [[0.0f32; 4]; 8];
+            unroll8!(S => {
+                if (S as u32) < p.splits {
+                    v[S] = part(S as u32);
+                }
+            });
+            let mut sum = v[0];
+            unroll8!(S => {
+                if S > 0 && (S as u32) < p.splits {
+                    unroll4!(J, 0 => { sum[J] += v[S][J]; });
+                }
+            });
+            for s in 8..p.splits {
+                let x = part(s);
+                unroll4!(J, 0 => { sum[J] += x[J]; });
             }
-            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(sum);
+            let out = (p.out as *mut u8).add(((tok * p.n + row) * 2) as usize);
+            st_global_v2(out, [pack_bf16x2(sum[0], sum[1]), pack_bf16x2(sum[2], sum[3])]);
         }
-        i += 256;
+        i += block_dim_x();
     }
 }
 
