@@ -265,16 +265,22 @@ pub struct GemmParams {
     /// Padded LoRA rank (a multiple of [`LORA_RANK_STEP`]); 0: none. When set, the epilogue
     /// adds `Σ_r B[row][r]·ax[t][r]` to each projection (before the dual kernel's activation).
     pub lora_rank: u32,
-    /// K splits (0 or 1: none; the dual and LoRA kernels never split).
+    /// K splits (0 or 1: none; the LoRA kernels never split; of the gate+up kernels only
+    /// `bf16_gemm_gate_up_act_splitk`, and only its tiles from `split_from` on).
     pub splits: u32,
     /// 64-column chunks per K split (with `splits > 1`).
     pub chunks_per_split: u32,
-    /// Padding to a multiple of 8 bytes.
-    pub _pad: u32,
-    /// Split-K partials, f32 `[split][tokens][n]` (with `splits > 1`).
+    /// The gate+up split-K kernel: the first tile (block `block_y · grid_x + block_x`) whose K
+    /// is split (the tiles of the grid's last, partial wave); the tiles before it run whole in
+    /// the blocks of `blockIdx.z = 0` (the other blocks of theirs return at once). 0 for the
+    /// single-projection kernels, which split every tile.
+    pub split_from: u32,
+    /// Split-K partials: single projection f32 `[split][tokens][n]`; gate+up f32
+    /// `[tile − split_from][split][projection][token 128][row 128]` (with `splits > 1`).
     pub ws: u64,
-    /// Split-K arrival counters, u32 per (row block, token block), `[block_y][block_x]`; zero
-    /// before the launch, and zero again after it (the last block of a tile resets its own).
+    /// Split-K arrival counters, u32 per split tile: single projection per (row block, token
+    /// block), `[block_y][block_x]`; gate+up per tile from `split_from` on. Zero before the
+    /// launch, and zero again after it (the last block of a tile resets its own).
     pub counters: u64,
     /// The FP8 × FP8 GEMMs (`w8a8_gemm*`) only: f32 `[tokens]`, each token's inverse activation
     /// scale (`formats::e4m3::act_scale`); `x` then holds E4M3 `[tokens][k]` codes.
@@ -433,7 +439,11 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
     }
     if kernel.starts_with("bf16_gemm") {
         return Some(GemmShape {
-            rows: if dual { GEMM_WG_ROWS } else { GEMM_BULK_WIDE_ROWS },
+            rows: if dual {
+                GEMM_WG_ROWS
+            } else {
+                GEMM_BULK_WIDE_ROWS
+            },
             tokens: GEMM_WG_TOKENS,
             threads: GEMM_BULK_THREADS,
             smem: GEMM_BULK_SMEM_BYTES,

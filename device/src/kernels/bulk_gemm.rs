@@ -24,7 +24,7 @@
 //! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
 //! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
 //! bf16, the down GEMM's input, as the other formats' GEMMs do ([`super::wgemm::store_tile`]).
-use super::wgemm::{reduce_splits, store_tile};
+use super::wgemm::{act_mul, reduce_splits, store_tile, sum_splits};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
@@ -161,12 +161,7 @@ unsafe fn produce<const DUAL: bool>(
 /// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
 /// releases the previous chunk's stage once those products are done.
 #[inline(always)]
-unsafe fn consume(
-    ring: &Ring,
-    chunks: u32,
-    acc0: &mut [f32; 64],
-    acc1: &mut [f32; 64],
-) {
+unsafe fn consume(ring: &Ring, chunks: u32, acc0: &mut [f32; 64], acc1: &mut [f32; 64]) {
     let wg = warp_id() / 4;
     for i in 0..chunks {
         mbar_wait(ring.full(i), ring.parity(i));
@@ -198,7 +193,14 @@ unsafe fn consume(
 unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
     let ring = Ring::new();
     let k_tiles = p.k / TILE_K as u32;
-    let split = SPLIT && !DUAL && p.splits > 1;
+    // K is split over `blockIdx.z` for every tile of the single projection, for the gate+up
+    // kernel's tiles from `split_from` on (the grid's last, partial wave); a whole tile runs in
+    // its block of z = 0.
+    let lin = block_y() * grid_x() + block_x();
+    let split = SPLIT && p.splits > 1 && lin >= p.split_from;
+    if SPLIT && !split && block_z() > 0 {
+        return;
+    }
     let (c_begin, c_end) = if split {
         let c0 = block_z() * p.chunks_per_split;
         (c0, (c0 + p.chunks_per_split).min(k_tiles))
@@ -223,8 +225,10 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
         let mut acc1 = [0.0f32; 64];
         consume(&ring, chunks, &mut acc0, &mut acc1);
         let s = (p.gscale0, p.gscale1);
-        if DUAL {
-            store_tile::<true>(p, tile, warp, split, (&acc0, &acc1), s);
+        if DUAL && split {
+            store_gate_up_partials(p, lin - p.split_from, warp, (&acc0, &acc1), s);
+        } else if DUAL {
+            store_tile::<true>(p, tile, warp, false, (&acc0, &acc1), s);
         } else {
             // The wide block's halves are the 128-row blocks `2·tile.0` and `2·tile.0 + 1`.
             let (t0, t1) = ((2 * tile.0, tile.1), (2 * tile.0 + 1, tile.1));
@@ -232,9 +236,69 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
             store_tile::<false>(p, t1, warp, split, (&acc1, &acc1), s);
         }
     }
-    if split {
-        // Every thread counts in the barrier of the split-K completion (the producer too).
+    // Every thread counts in the barrier of the split-K completion (the producer too).
+    if DUAL && split {
+        reduce_gate_up(p, tile, lin - p.split_from);
+    } else if split {
         reduce_splits(p, tile, GEMM_BULK_WIDE_ROWS, GEMM_WG_TOKENS);
+    }
+}
+
+/// f32 of one projection's partial of one gate+up tile in the workspace.
+const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
+
+/// The gate+up kernel's split tile `t` (counted from `split_from`): warp `warp`'s scaled f32
+/// partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
+#[inline(always)]
+unsafe fn store_gate_up_partials(
+    p: &GemmParams,
+    t: u32,
+    warp: u32,
+    (acc0, acc1): (&[f32; 64], &[f32; 64]),
+    (s0, s1): (f32, f32),
+) {
+    let (g, tq) = (lane() / 4, lane() % 4);
+    let at = (t * p.splits + block_z()) * 2 * TILE_ELEMS;
+    let ws = (p.ws as *mut f32).add(at as usize);
+    unroll16!(F => {
+        unroll4!(I, 0 => {
+            let tok = 8 * F as u32 + 2 * tq + (I as u32 & 1);
+            let row = warp * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
+            let i = (tok * GEMM_WG_ROWS + row) as usize;
+            *ws.add(i) = acc0[4 * F + I] * s0;
+            *ws.add(TILE_ELEMS as usize + i) = acc1[4 * F + I] * s1;
+        });
+    });
+}
+
+/// The last block of the gate+up kernel's split tile `t` (output tile `tile`) to finish sums
+/// gate's and up's partials in split order and writes bf16 `act(g)·u` (the others return).
+/// The tile's counter is back at zero after.
+#[inline(always)]
+unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
+    let counter = (p.counters as *mut u32).add(t as usize);
+    if !last_block_to_finish(counter, p.splits, Smem::base()) {
+        return;
+    }
+    let ws = (p.ws as *const f32).add((t * p.splits * 2 * TILE_ELEMS) as usize);
+    let quads = GEMM_WG_ROWS / 4;
+    let mut i = thread_x();
+    while i < TILE_ELEMS / 4 {
+        let (tl, rl) = (i / quads, 4 * (i % quads));
+        let (tok, row) = (tile.1 * GEMM_WG_TOKENS + tl, tile.0 * GEMM_WG_ROWS + rl);
+        if row < p.n && tok < p.tokens {
+            let part = |pj: u32| {
+                move |s: u32| {
+                    let at = (s * 2 + pj) * TILE_ELEMS + tl * GEMM_WG_ROWS + rl;
+                    ld_cg_v4_f32(ws.add(at as usize))
+                }
+            };
+            let (g, u) = (sum_splits(p.splits, part(0)), sum_splits(p.splits, part(1)));
+            let y: [f32; 4] = core::array::from_fn(|j| act_mul(p, g[j], u[j]));
+            let out = (p.out as *mut u8).add(((tok * p.n + row) * 2) as usize);
+            st_global_v2(out, [pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])]);
+        }
+        i += block_dim_x();
     }
 }
 
@@ -244,6 +308,15 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
     bulk_gemm::<true, false>(&p)
+}
+
+/// `bf16_gemm_gate_up_act` with K split over `blockIdx.z` (`GemmParams::splits`) for the tiles
+/// from `GemmParams::split_from` on: the grid's last wave, which would leave SMs idle, runs
+/// `splits` times as many blocks, each over part of K; the last block of such a tile sums
+/// the f32 partials of gate and up and applies the activation.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
+    bulk_gemm::<true, true>(&p)
 }
 
 /// Prefill single projection over the BF16 overlay: bf16 out. Block: [`GEMM_BULK_THREADS`]
