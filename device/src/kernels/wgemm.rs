@@ -299,7 +299,10 @@ pub(super) unsafe fn store_tile<const DUAL: bool>(
                 let row = row_tile * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
                 let y0 = acc0[4 * F + I] * s0;
                 let y = if DUAL {
-                    act_mul(p, y0, acc1[4 * F + I] * s1)
+                    // Written out rather than `act_mul`: the call's form changes how ptxas lays
+                    // out this epilogue in the other formats' kernels.
+                    let y1 = acc1[4 * F + I] * s1;
+                    (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
                 } else {
                     y0
                 };
