@@ -354,6 +354,51 @@ fn prefill_split_k_matches_cpu_reference() {
     }
 }
 
+/// BF16's gate+up GEMM splits K over the tiles of its grid's last wave
+/// (`bf16_gemm_gate_up_act_splitk`): against the CPU reference for both activations, the
+/// same bits on a second run (the split counters are back at zero and the sum order fixed),
+/// nothing written past the last token.
+#[test]
+fn prefill_gate_up_tail_split_matches_cpu_reference() {
+    use denseffn::layer::OverlayKind;
+    let _memory = device_memory(false);
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    // K = 2048 (32 chunks: 2 splits); 8 row blocks × 1..3 token blocks, all in the last wave.
+    let (h, i) = (2048, 1024);
+    let host = HostLayer::random(h, i, 71);
+    let x = activations(300 * h, 72);
+    let o = OverlayHost::random(OverlayKind::Bf16, h, i, 73);
+    for act in [FfnActivation::Silu, FfnActivation::Gelu] {
+        let (mut cl, mut gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+        o.install(&mut cl).unwrap();
+        o.install(&mut gl).unwrap();
+        let mut cc = ForwardContext::new(&cl, 300).unwrap();
+        let mut gc = ForwardContext::new(&gl, 300).unwrap();
+        let (cx, gx) = (upload_bf16(&cpu, &x), upload_bf16(&gpu, &x));
+        for n in [65usize, 130, 300] {
+            let gate_up = gl.prefill_kernels(n)[0];
+            assert_eq!(gate_up, "bf16_gemm_gate_up_act_splitk", "{act:?} N={n}");
+            let mut runs = Vec::new();
+            for _ in 0..2 {
+                gpu.memset(gc.output(), 0xFF, 300 * h * 2).unwrap();
+                let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
+                runs.push(download_bf16(&gpu, y, 300 * h));
+            }
+            let want = download_bf16(&cpu, cl.forward_prefill(cx, n, &mut cc, 0).unwrap(), n * h);
+            let err = rel_l2(&runs[0][..n * h], &want);
+            println!("{act:?} N={n} ({gate_up}): rel L2 vs CPU reference {err:.2e}");
+            assert!(err < 1e-2, "{act:?} N={n}: rel L2 {err}");
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&runs[0]), bits(&runs[1]), "{act:?} N={n}: runs differ");
+            assert!(
+                runs[0][n * h..].iter().all(|v| v.is_nan()),
+                "{act:?} N={n}: wrote past the end"
+            );
+        }
+    }
+}
+
 /// Whether `DENSEFFN_GPU_TEST_OVERLAYS` (a comma list of `q2`, `q4k`, `fp8`, `bf16`; unset:
 /// all) selects `kind`, so a device run can check one format's kernels on full shapes alone.
 fn overlay_selected(kind: denseffn::layer::OverlayKind) -> bool {

@@ -265,16 +265,22 @@ pub struct GemmParams {
     /// Padded LoRA rank (a multiple of [`LORA_RANK_STEP`]); 0: none. When set, the epilogue
     /// adds `Σ_r B[row][r]·ax[t][r]` to each projection (before the dual kernel's activation).
     pub lora_rank: u32,
-    /// K splits (0 or 1: none; the dual and LoRA kernels never split).
+    /// K splits (0 or 1: none; the LoRA kernels never split; of the gate+up kernels only
+    /// `bf16_gemm_gate_up_act_splitk`, and only its tiles from `split_from` on).
     pub splits: u32,
     /// 64-column chunks per K split (with `splits > 1`).
     pub chunks_per_split: u32,
-    /// Padding to a multiple of 8 bytes.
-    pub _pad: u32,
-    /// Split-K partials, f32 `[split][tokens][n]` (with `splits > 1`).
+    /// The gate+up split-K kernel: the first tile (block `block_y · grid_x + block_x`) whose K
+    /// is split (the tiles of the grid's last, partial wave); the tiles before it run whole in
+    /// the blocks of `blockIdx.z = 0` (the other blocks of theirs return at once). 0 for the
+    /// single-projection kernels, which split every tile.
+    pub split_from: u32,
+    /// Split-K partials: single projection f32 `[split][tokens][n]`; gate+up f32
+    /// `[tile − split_from][split][projection][token 128][row 128]` (with `splits > 1`).
     pub ws: u64,
-    /// Split-K arrival counters, u32 per (row block, token block), `[block_y][block_x]`; zero
-    /// before the launch, and zero again after it (the last block of a tile resets its own).
+    /// Split-K arrival counters, u32 per split tile: single projection per (row block, token
+    /// block), `[block_y][block_x]`; gate+up per tile from `split_from` on. Zero before the
+    /// launch, and zero again after it (the last block of a tile resets its own).
     pub counters: u64,
     /// The FP8 × FP8 GEMMs (`w8a8_gemm*`) only: f32 `[tokens]`, each token's inverse activation
     /// scale (`formats::e4m3::act_scale`); `x` then holds E4M3 `[tokens][k]` codes.
@@ -311,7 +317,7 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
 }
 
 /// The prefill GEMM families of `kernels::wgemm` (`wgmma`, sm_90a; BF16's GEMM is
-/// `kernels::bulk_gemm`, [`gemm_bulk_smem_bytes`]), by entry-point prefix, with their tiles'
+/// `kernels::bulk_gemm`, [`GEMM_BULK_SMEM_BYTES`]), by entry-point prefix, with their tiles'
 /// code and scale bytes.
 pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 4] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
@@ -336,24 +342,29 @@ pub const GEMM_BULK_THREADS: u32 = 384;
 /// (8 bytes each) for up to 8 stages.
 pub const GEMM_BULK_BARRIER_BYTES: u32 = 128;
 
+/// Rows per block of the BF16 single-projection prefill GEMMs (`bf16_gemm`, `bf16_gemm_splitk`):
+/// each consumer warpgroup multiplies two 64-row halves (rows `64w` and `128 + 64w`) with the
+/// same activations, as the gate+up kernel multiplies gate and up, so a stage carries 256 rows
+/// of weights for 128 tokens (half the activation bytes a product of the 128-row block).
+pub const GEMM_BULK_WIDE_ROWS: u32 = 256;
+
+// One wide block fills an SM's shared memory (228 KiB), so a split-K plan of it (`splits ×
+// blocks ≤ sm_count`) needs no more workspace than one of two 128 × 128 blocks per SM.
+const _: () = assert!(2 * GEMM_BULK_SMEM_BYTES > 228 * 1024);
+
 /// Pipeline stages of a BF16 prefill GEMM (`kernels::bulk_gemm`): as many as fit one block per
-/// SM (gate+up 4 of 48 KiB, down 6 of 32 KiB).
-pub const fn gemm_bulk_stages(dual: bool) -> u32 {
-    if dual {
-        4
-    } else {
-        6
-    }
-}
+/// SM (4 of 48 KiB: 128 tokens of activations and 16 weight tiles, for gate+up and the wide
+/// single projection alike).
+pub const GEMM_BULK_STAGES: u32 = 4;
 
 /// Dynamic shared memory of a BF16 prefill GEMM block: its stages (as
-/// [`gemm_wg_stage_bytes`] of the bf16 tiles), 1024 bytes to align the first, then the
-/// barriers.
-pub const fn gemm_bulk_smem_bytes(dual: bool) -> u32 {
+/// [`gemm_wg_stage_bytes`] of two projections' bf16 tiles), 1024 bytes to align the first,
+/// then the barriers.
+pub const GEMM_BULK_SMEM_BYTES: u32 = {
     use crate::formats::tiles::TileFormat;
-    let stage = gemm_wg_stage_bytes(dual, TileFormat::Bf16.code_bytes() as u32, 0);
-    gemm_bulk_stages(dual) * stage + 1024 + GEMM_BULK_BARRIER_BYTES
-}
+    let stage = gemm_wg_stage_bytes(true, TileFormat::Bf16.code_bytes() as u32, 0);
+    GEMM_BULK_STAGES * stage + 1024 + GEMM_BULK_BARRIER_BYTES
+};
 
 /// Columns per pipeline stage of the FP8 × FP8 prefill GEMMs (`w8a8_gemm*`,
 /// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
@@ -428,10 +439,14 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
     }
     if kernel.starts_with("bf16_gemm") {
         return Some(GemmShape {
-            rows: GEMM_WG_ROWS,
+            rows: if dual {
+                GEMM_WG_ROWS
+            } else {
+                GEMM_BULK_WIDE_ROWS
+            },
             tokens: GEMM_WG_TOKENS,
             threads: GEMM_BULK_THREADS,
-            smem: gemm_bulk_smem_bytes(dual),
+            smem: GEMM_BULK_SMEM_BYTES,
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES

@@ -35,6 +35,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "bf16_gemv_gate_up",
     "bf16_gemv",
     "bf16_gemm_gate_up_act",
+    "bf16_gemm_gate_up_act_splitk",
     "bf16_gemm",
     "bf16_gemm_splitk",
     "w8a16_gemv_gate_up",
@@ -533,19 +534,35 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
             l.grid, l.block, l.smem, shape.smem
         ));
     }
+    let tiles = gx * gy;
+    if p.split_from != 0 && (splits < 2 || !dual || p.split_from >= tiles) {
+        return bad(format!(
+            "split_from {} needs a split gate+up launch of more tiles ({tiles})",
+            p.split_from
+        ));
+    }
     if splits > 1 {
         let k_tiles = p.k / TILE_K as u32;
         let cps = p.chunks_per_split;
-        if dual || p.lora_rank != 0 || !l.kernel.ends_with("_splitk") {
-            return bad("only a `_splitk` single-projection launch without LoRA splits K".into());
+        if p.lora_rank != 0 || !l.kernel.ends_with("_splitk") {
+            return bad("only a `_splitk` launch without LoRA splits K".into());
         }
         if cps == 0 || splits * cps < k_tiles || (splits - 1) * cps >= k_tiles {
             return bad(format!(
                 "{splits} splits of {cps} chunks do not cover {k_tiles} chunks without an empty one"
             ));
         }
-        mem.read(p.ws, splits as usize * p.tokens as usize * p.n as usize * 4)?;
-        let counters = mem.read(p.counters, gx as usize * gy as usize * 4)?;
+        // Single projection: `[split][tokens][n]`; gate+up: `[tile][split][2][rows × tokens]`
+        // for the split tiles.
+        let (ws, split_tiles) = if dual {
+            let t = tiles - p.split_from;
+            let per_tile = 2 * shape.rows as usize * shape.tokens as usize;
+            (t as usize * splits as usize * per_tile, t)
+        } else {
+            (splits as usize * p.tokens as usize * p.n as usize, tiles)
+        };
+        mem.read(p.ws, ws * 4)?;
+        let counters = mem.read(p.counters, split_tiles as usize * 4)?;
         if counters.iter().any(|&b| b != 0) {
             return bad("split-K counters not zero at launch".into());
         }

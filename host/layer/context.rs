@@ -22,8 +22,10 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them);
 /// the prefill down GEMM's split-K workspace (f32, at most one wave of 256 × 64 tiles or
-/// 8 splits × `max_tokens` × hidden, whichever is smaller: `plan::gemm_split_ws_elems`) and its
-/// counters (one per tile of a split grid, at most `2 × sm_count`);
+/// 8 splits × `max_tokens` × hidden, whichever is smaller; for a layer with a BF16 overlay
+/// at creation also the gate+up GEMM's split last wave, at most `sm_count` tiles' gate and up:
+/// `plan::gemm_split_ws_elems`) and its counters (one per tile of a split grid, at most
+/// `2 × sm_count`);
 /// `forward_km`'s packed activations (`source::PACKED`: f16 `[8][max(hidden, intermediate)]`
 /// and an f32 scale per token slot and K split; the gate GEMV leaves the staged input there for
 /// up, then the packer the activation for down, in stream order); LoRA scratch
@@ -83,6 +85,8 @@ impl ForwardContext {
             }
         }
         let act = MAX_GEMV_TOKENS * i * 4;
+        // A BF16 layer's gate+up GEMM splits K of its last wave's tiles (`gemm_tail_split`).
+        let bf16 = layer.active_overlay() == Some(super::OverlayKind::Bf16);
         // A packed buffer's splits never exceed its chunks.
         let widest = h.max(i) as u32;
         let pack = pack_bytes(MAX_GEMV_TOKENS as u32, widest) as usize;
@@ -98,7 +102,10 @@ impl ForwardContext {
             prefill_act: DeviceBuffer::alloc(gpu, max_tokens * i * 2)?,
             ws: DeviceBuffer::alloc(gpu, ws * 4)?,
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
-            gemm_ws: DeviceBuffer::alloc(gpu, gemm_split_ws_elems(h, max_tokens, sms) * 4)?,
+            gemm_ws: DeviceBuffer::alloc(
+                gpu,
+                gemm_split_ws_elems(h, i, max_tokens, sms, bf16) * 4,
+            )?,
             gemm_counters: DeviceBuffer::zeroed(gpu, (GEMM_MAX_RESIDENT * sms) as usize * 4)?,
             pack: DeviceBuffer::alloc(gpu, pack)?,
             pack_scales: DeviceBuffer::alloc(gpu, pack_scales)?,
@@ -122,8 +129,12 @@ impl ForwardContext {
     /// The prefill GEMM's split-K workspace and counters, when they hold a plan of `splits`
     /// over `tokens × n` outputs in `tiles` tiles.
     pub(crate) fn gemm_split_fits(&self, splits: u32, tokens: u32, n: u32, tiles: u32) -> bool {
-        splits as usize * tokens as usize * n as usize * 4 <= self.gemm_ws.len()
-            && tiles as usize * 4 <= self.gemm_counters.len()
+        self.gemm_ws_fits(splits as usize * tokens as usize * n as usize, tiles)
+    }
+
+    /// Whether `elems` f32 of split-K partials and `tiles` counters fit this context.
+    pub(crate) fn gemm_ws_fits(&self, elems: usize, tiles: u32) -> bool {
+        elems * 4 <= self.gemm_ws.len() && tiles as usize * 4 <= self.gemm_counters.len()
     }
 
     /// Tokens per call this context holds.

@@ -181,18 +181,72 @@ pub fn gemm_splits(blocks: u32, k: usize, sm_count: u32, resident: u32) -> (u32,
     (k_tiles.div_ceil(cps), cps)
 }
 
-/// f32 elements of split-K workspace that any [`gemm_splits`] plan of an `n`-row GEMM over up
-/// to `max_tokens` tokens needs: `splits × tokens × n`, at most one wave of
-/// `GEMM_WG_ROWS × GEMM_WG_TOKENS` tiles.
-pub fn gemm_split_ws_elems(n: usize, max_tokens: usize, sm_count: u32) -> usize {
-    let wave =
-        (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize * (GEMM_WG_ROWS * GEMM_WG_TOKENS) as usize;
-    wave.min(GEMM_MAX_SPLITS as usize * max_tokens * n)
+/// The tail split of a gate+up prefill GEMM whose grid has `tiles` blocks over `k` columns, for
+/// a kernel of which one block fills an SM (`bf16_gemm_gate_up_act_splitk`) on `sm_count`
+/// SMs: `(split_from, splits, chunks_per_split)`, or `None` when the last wave is full. The
+/// `r = tiles mod sm_count` tiles of the last, partial wave get the K splits [`gemm_splits`]
+/// gives `r` blocks, so that wave fills the machine instead of leaving `sm_count − r` SMs idle
+/// for a whole tile's time; the tiles before run whole. The partials take
+/// `r × splits × 2 × 128 × 128` f32, `r × splits ≤ sm_count` ([`gemm_split_ws_elems`]).
+pub fn gemm_tail_split(tiles: u32, k: usize, sm_count: u32) -> Option<(u32, u32, u32)> {
+    let r = tiles % sm_count.max(1);
+    if r == 0 {
+        return None;
+    }
+    let (splits, cps) = gemm_splits(r, k, sm_count, 1);
+    (splits > 1).then_some((tiles - r, splits, cps))
+}
+
+/// f32 elements of split-K workspace that any plan of an `h × i` layer's prefill over up to
+/// `max_tokens` tokens needs: a down [`gemm_splits`] plan takes `splits × tokens × h`, at most
+/// one wave of `GEMM_WG_ROWS × GEMM_WG_TOKENS` tiles; with `tail` (a BF16 layer), a gate+up
+/// [`gemm_tail_split`] takes at most `sm_count` (and 8 per tile) tiles' two projections.
+pub fn gemm_split_ws_elems(
+    h: usize,
+    i: usize,
+    max_tokens: usize,
+    sm_count: u32,
+    tail: bool,
+) -> usize {
+    let tile = (GEMM_WG_ROWS * GEMM_WG_TOKENS) as usize;
+    let wave = (GEMM_MAX_RESIDENT * sm_count.max(1)) as usize * tile;
+    let down = wave.min(GEMM_MAX_SPLITS as usize * max_tokens * h);
+    let tiles = i.div_ceil(GEMM_WG_ROWS as usize) * max_tokens.div_ceil(GEMM_WG_TOKENS as usize);
+    let gate_up = (sm_count.max(1) as usize).min(GEMM_MAX_SPLITS as usize * tiles) * 2 * tile;
+    if tail {
+        down.max(gate_up)
+    } else {
+        down
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_splits_fill_the_last_wave_only() {
+        // 8B gate+up at N = 512: 112 × 4 tiles on 132 SMs, one block each: 52 in the last wave.
+        assert_eq!(gemm_tail_split(448, 4096, 132), Some((396, 2, 32)));
+        // Full last wave, or a K too short to split: nothing.
+        assert_eq!(gemm_tail_split(264, 4096, 132), None);
+        assert_eq!(gemm_tail_split(140, 1024, 132), None);
+        // 70B at N = 512: 896 tiles, 104 in the last wave: 2 splits would not fit 132 SMs.
+        assert_eq!(gemm_tail_split(896, 8192, 132), None);
+        // A grid smaller than one wave is all tail.
+        assert_eq!(gemm_tail_split(20, 4096, 132), Some((0, 4, 16)));
+        for tiles in 1..600 {
+            for k in [1024usize, 4096, 8192] {
+                if let Some((from, s, cps)) = gemm_tail_split(tiles, k, 132) {
+                    let k_tiles = (k / 64) as u32;
+                    assert!((tiles - from) * s <= 132 && from % 132 == 0);
+                    assert!(s * cps >= k_tiles && (s - 1) * cps < k_tiles);
+                    let ws = gemm_split_ws_elems(k, 128 * tiles as usize, 128, 132, true);
+                    assert!(((tiles - from) * s * 2 * 128 * 128) as usize <= ws);
+                }
+            }
+        }
+    }
 
     #[test]
     fn plans_cover_k_and_fit_shared_memory() {
@@ -303,7 +357,10 @@ mod tests {
                     assert!(s * blocks <= GEMM_MAX_RESIDENT * 132 && cps >= GEMM_MIN_SPLIT_CHUNKS);
                     // A grid of `blocks` tiles holds at most blocks × 256 × 64 outputs.
                     let outputs = blocks as usize * 256 * 64;
-                    assert!(s as usize * outputs <= gemm_split_ws_elems(usize::MAX / 64, 1, 132));
+                    assert!(
+                        s as usize * outputs
+                            <= gemm_split_ws_elems(usize::MAX / 64, 1, 1, 132, false)
+                    );
                 }
             }
         }

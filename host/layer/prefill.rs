@@ -37,12 +37,14 @@
 //! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
 //! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
 use super::lora::LoraSlot;
-use super::plan::gemm_splits;
+use super::plan::{gemm_splits, gemm_tail_split};
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{gemm_shape, source, GemmParams, ParamBlock};
+use denseffn_device::params::{
+    gemm_shape, source, GemmParams, ParamBlock, GEMM_WG_ROWS, GEMM_WG_TOKENS,
+};
 
 /// The log target of the prefill timers.
 pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
@@ -128,19 +130,28 @@ impl DenseFfnLayer {
     }
 
     /// The kernels `forward_prefill` launches for `num_tokens` tokens, in order (empty when no
-    /// arm fits).
+    /// arm fits), on a context made after the layer's overlay was installed (a BF16 layer's
+    /// gate+up `_splitk` needs that context's workspace; an older one runs the plain kernel).
     /// With LoRA (NVFP4 arm only): a `lora_shrink` before each GEMM, 4 launches.
     pub fn prefill_kernels(&self, num_tokens: usize) -> Vec<&'static str> {
         match self.prefill_arm_for(num_tokens) {
             Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
             Ok(arm) => {
-                let k: Vec<&'static str> = self
-                    .arm_kernels(arm)
-                    .iter()
-                    .map(|&k| {
-                        self.gemm_launch_plan(k, num_tokens, self.hidden(), self.intermediate())
-                            .0
-                    })
+                let (h, i) = (self.hidden(), self.intermediate());
+                let kernels = self.arm_kernels(arm);
+                let gate_up = kernels[0];
+                let tiles = (i as u32).div_ceil(GEMM_WG_ROWS)
+                    * (num_tokens as u32).div_ceil(GEMM_WG_TOKENS);
+                let k0 = match self.gate_up_tail_plan(gate_up, tiles, h) {
+                    Some((name, ..)) if self.lora_rank().is_none() => name,
+                    _ => gate_up,
+                };
+                let k: Vec<&'static str> = std::iter::once(k0)
+                    .chain(
+                        kernels[1..]
+                            .iter()
+                            .map(|&k| self.gemm_launch_plan(k, num_tokens, h, i).0),
+                    )
                     .collect();
                 self.with_lora(&k[..1], &k[1..])
             }
@@ -320,6 +331,20 @@ impl DenseFfnLayer {
                 p.ws = ctx.gemm_ws.ptr().0;
                 p.counters = ctx.gemm_counters.ptr().0;
             }
+        } else if p.lora_rank == 0 {
+            let plan = self.gate_up_tail_plan(kernel, gx * gy, p.k as usize);
+            if let Some((name, from, splits, cps)) = plan {
+                let split_tiles = gx * gy - from;
+                let elems = split_tiles * splits * 2 * GEMM_WG_ROWS * GEMM_WG_TOKENS;
+                if ctx.gemm_ws_fits(elems as usize, split_tiles) {
+                    kernel = name;
+                    p.splits = splits;
+                    p.chunks_per_split = cps;
+                    p.split_from = from;
+                    p.ws = ctx.gemm_ws.ptr().0;
+                    p.counters = ctx.gemm_counters.ptr().0;
+                }
+            }
         }
         let launch = Launch {
             kernel,
@@ -333,6 +358,30 @@ impl DenseFfnLayer {
         } else {
             self.gpu().launch(&launch, stream)
         }
+    }
+
+    /// The tail split of gate+up GEMM `kernel` over `tiles` tiles ([`gemm_tail_split`]):
+    /// `(entry point, split_from, splits, chunks per split)` when the module has its `_splitk`
+    /// variant (BF16 only) and the last wave is partial; `DENSEFFN_GEMM_TAIL_SPLIT=0` turns it
+    /// off (read once per process; a switch for measuring what it gains).
+    fn gate_up_tail_plan(
+        &self,
+        kernel: &str,
+        tiles: u32,
+        k: usize,
+    ) -> Option<(&'static str, u32, u32, u32)> {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = *ON
+            .get_or_init(|| std::env::var("DENSEFFN_GEMM_TAIL_SPLIT").map_or(true, |v| v != "0"));
+        let splitk = match kernel {
+            "bf16_gemm_gate_up_act" => "bf16_gemm_gate_up_act_splitk",
+            _ => return None,
+        };
+        if !on || !self.gpu().has_kernel(splitk) {
+            return None;
+        }
+        let (from, splits, cps) = gemm_tail_split(tiles, k, self.gpu().sm_count())?;
+        Some((splitk, from, splits, cps))
     }
 
     /// How single-projection GEMM `kernel` runs `tokens` tokens of an `n × k` matrix:
@@ -372,14 +421,15 @@ impl DenseFfnLayer {
 /// The K-split entry point of a single-projection prefill GEMM, and the fewest splits it is
 /// used with. Measured on the H200 (docs/perf/2026-12-03-gemm-splitk.md): NVFP4 down gained
 /// from 2 splits (8B, N = 512: −6.6%), Q2_0 lost 2.6% there and gained from 8 (N = 128), so
-/// the overlay formats split only 4 ways or more.
+/// the overlay formats split only 4 ways or more; BF16's down blocks are 256 rows
+/// (`GEMM_BULK_WIDE_ROWS`), so its grid is half as large and splits from 2 (8B, N = 512: 64 tiles).
 fn splitk_variant(kernel: &str) -> Option<(&'static str, u32)> {
     match kernel {
         "gemm_nvfp4_t_down" => Some(("gemm_nvfp4_t_down_splitk", 2)),
         "q2_0_gemm" => Some(("q2_0_gemm_splitk", 4)),
         "q4k_gemm" => Some(("q4k_gemm_splitk", 4)),
         "w8a16_gemm" => Some(("w8a16_gemm_splitk", 4)),
-        "bf16_gemm" => Some(("bf16_gemm_splitk", 4)),
+        "bf16_gemm" => Some(("bf16_gemm_splitk", 2)),
         _ => None,
     }
 }

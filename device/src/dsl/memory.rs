@@ -35,6 +35,17 @@ pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
     v
 }
 
+/// `ld.global.cg.v4.f32`: four f32 from L2, as [`ld_cg_f32`].
+///
+/// # Safety
+/// `p` must be a valid, 16-byte-aligned global address of four f32.
+#[inline(always)]
+pub unsafe fn ld_cg_v4_f32(p: *const f32) -> [f32; 4] {
+    let (a, b, c, d);
+    asm!("ld.global.cg.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p, options(nostack, readonly));
+    [a, b, c, d]
+}
+
 /// `st.global.cg.f32`: a store that bypasses L1 (split-K partials).
 ///
 /// # Safety

@@ -28,6 +28,13 @@ pub fn thread_x() -> u32 {
     unsafe { nvptx::_thread_idx_x() as u32 }
 }
 
+/// `blockDim.x`.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
 /// `blockIdx.x`.
 #[inline(always)]
 pub fn block_x() -> u32 {

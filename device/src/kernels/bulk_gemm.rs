@@ -1,38 +1,43 @@
 //! Prefill GEMM over the BF16 overlay's tiles (`wgmma`, sm_90a), warp-specialized: `Y[t] = W·X[t]`
 //! for many tokens, both operands handed to the tensor cores from shared memory by descriptor.
 //!
-//! A block is 384 threads over [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens: two consumer
-//! warpgroups (warps 0–7, 64 rows each) and one producer warpgroup (warps 8–11). The stages (64-column
-//! chunks, [`gemm_bulk_stages`] deep) are handed over by `mbarrier`s, not block barriers:
+//! A block is 384 threads over 128 tokens ([`GEMM_WG_TOKENS`]): two consumer warpgroups (warps
+//! 0–7) and one producer warpgroup (warps 8–11). Each consumer warpgroup multiplies two 64-row
+//! weight slices with the same activations: gate's and up's rows `64w ..` in the gate+up kernel
+//! ([`GEMM_WG_ROWS`] = 128 rows a block and projection), rows `64w ..` and `128 + 64w ..` of the
+//! one matrix in the single-projection kernels ([`GEMM_BULK_WIDE_ROWS`] = 256 rows a block,
+//! which halves the activation bytes per product against a 128-row block). The stages (64-column
+//! chunks, [`GEMM_BULK_STAGES`] deep, 16 weight tiles each) are handed over by `mbarrier`s, not
+//! block barriers:
 //! - the producer waits for a stage's *empty* barrier (every consumer warp released the chunk
 //!   that was there), announces the weight bytes on its *full* barrier and fills it: each of
-//!   the block's row tiles per projection (2 KiB of bf16 in `wgmma`'s canonical layout, the
+//!   the block's 16 row tiles (2 KiB of bf16 in `wgmma`'s canonical layout, the
 //!   overlay's tile as it is in global memory) by one bulk copy (`cp.async.bulk`, one thread
 //!   each), the activations (tokens × 128 bytes, K-major, 128-byte swizzle) by `cp.async`, 8
 //!   pieces a thread, whose completion each thread signals on the same barrier (one warp
 //!   issuing all 1024 pieces, with their address arithmetic, was 45–52% slower than the
 //!   block-barrier GEMM before it on an H100: `docs/perf/2026-12-06-bf16-bulk.md`);
 //! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n128k16` per
-//!   projection, and releases the stage of the chunk before once that chunk's products are done
+//!   slice, and releases the stage of the chunk before once that chunk's products are done
 //!   (`wgmma.wait_group 1`: one chunk's products stay in flight).
 //!
 //! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
 //! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
 //! bf16, the down GEMM's input, as the other formats' GEMMs do ([`super::wgemm::store_tile`]).
-use super::wgemm::{reduce_splits, store_tile};
+use super::wgemm::{act_mul, reduce_splits, store_tile, sum_splits};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    gemm_bulk_stages, gemm_wg_stage_bytes, GemmParams, GEMM_BULK_THREADS, GEMM_WG_GROUP,
-    GEMM_WG_ROWS, GEMM_WG_TOKENS,
+    gemm_wg_stage_bytes, GemmParams, GEMM_BULK_STAGES, GEMM_BULK_THREADS, GEMM_BULK_WIDE_ROWS,
+    GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
 };
 
 /// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
 const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
 /// Bytes of one 16 × 64 bf16 tile.
 const TILE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
-/// Row tiles per block and projection.
+/// Row tiles per slice (a projection of the gate+up kernel, a half of the wide block).
 const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
 /// Consumer warps (two warpgroups); the producer warpgroup follows them.
 const CONSUMER_WARPS: u32 = 8;
@@ -46,12 +51,11 @@ struct Ring {
 
 impl Ring {
     #[inline(always)]
-    fn new<const DUAL: bool>() -> Ring {
-        let stage_bytes = gemm_wg_stage_bytes(DUAL, TILE_BYTES, 0);
+    fn new() -> Ring {
         Ring {
             base: Smem((Smem::base().0 + 1023) & !1023),
-            stage_bytes,
-            stages: gemm_bulk_stages(DUAL),
+            stage_bytes: gemm_wg_stage_bytes(true, TILE_BYTES, 0),
+            stages: GEMM_BULK_STAGES,
         }
     }
 
@@ -98,15 +102,18 @@ unsafe fn produce<const DUAL: bool>(
 ) {
     let pt = thread_x() - 32 * CONSUMER_WARPS;
     let k_tiles = p.k / TILE_K as u32;
-    let rt0 = tile.0 * ROW_TILES;
+    let row_tiles = p.n / TILE_ROWS as u32;
+    // Slice `s`'s first row tile: gate's and up's are the same, the wide block's halves 8 apart.
+    let first = |s: u32| (if DUAL { tile.0 } else { 2 * tile.0 + s }) * ROW_TILES;
     // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
     // product row reads only its own row of A.
-    let valid = core::cmp::min(ROW_TILES, p.n / TILE_ROWS as u32 - rt0);
-    let proj = if DUAL { 2 } else { 1 };
-    // Thread `pt`'s bulk copy: projection `pt / 8`, row tile `pt % 8`.
-    let (pj, rt) = (pt / ROW_TILES, pt % ROW_TILES);
-    let copies = pj < proj && rt < valid;
-    let w = if pj == 0 { p.w0 } else { p.w1 } as *const u8;
+    let valid = |s: u32| row_tiles.saturating_sub(first(s)).min(ROW_TILES);
+    let bytes = (valid(0) + valid(1)) * TILE_BYTES;
+    // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`.
+    let (sl, rt) = (pt / ROW_TILES, pt % ROW_TILES);
+    let copies = sl < 2 && rt < valid(sl);
+    let w = (if DUAL && sl == 1 { p.w1 } else { p.w0 }) as *const u8;
+    let rt0 = first(sl);
     // Activations: thread `pt` copies 16-byte piece `kg` of tokens `t0 + 16q` (q < 8), stored
     // at row `t`, chunk `kg ^ (t % 8)` (the same for every q); zeros past the last token.
     let (t0, kg) = (pt / 8, pt % 8);
@@ -121,12 +128,12 @@ unsafe fn produce<const DUAL: bool>(
         }
         let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + i);
         if pt == 0 {
-            mbar_arrive_expect_tx(full, proj * valid * TILE_BYTES);
+            mbar_arrive_expect_tx(full, bytes);
         }
         if copies {
             let src = w.add((((rt0 + rt) * k_tiles + c) * TILE_BYTES) as usize);
             bulk_copy(
-                st.add(X_BYTES + (pj * ROW_TILES + rt) * TILE_BYTES),
+                st.add(X_BYTES + (sl * ROW_TILES + rt) * TILE_BYTES),
                 src,
                 TILE_BYTES,
                 full,
@@ -154,12 +161,7 @@ unsafe fn produce<const DUAL: bool>(
 /// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
 /// releases the previous chunk's stage once those products are done.
 #[inline(always)]
-unsafe fn consume<const DUAL: bool>(
-    ring: &Ring,
-    chunks: u32,
-    acc0: &mut [f32; 64],
-    acc1: &mut [f32; 64],
-) {
+unsafe fn consume(ring: &Ring, chunks: u32, acc0: &mut [f32; 64], acc1: &mut [f32; 64]) {
     let wg = warp_id() / 4;
     for i in 0..chunks {
         mbar_wait(ring.full(i), ring.parity(i));
@@ -167,18 +169,16 @@ unsafe fn consume<const DUAL: bool>(
         // the async one.
         fence_proxy_async();
         let st = ring.stage(i);
-        // The warpgroup's four tiles per projection lie back to back: eight-row groups 1024
-        // bytes apart, core matrices along K 128 bytes apart, step j 256 bytes in.
+        // The warpgroup's four tiles per slice lie back to back: eight-row groups 1024 bytes
+        // apart, core matrices along K 128 bytes apart, step j 256 bytes in.
         let a = st.add(X_BYTES + wg * 4 * TILE_BYTES);
         wgmma_fence();
         unroll4!(J, 0 => {
             let j = J as u32;
             let desc = desc_k128b(st.add(32 * j));
             wgmma_m64n128k16_bf16_ss(acc0, desc_k_plain(a.add(256 * j), 128, 1024), desc);
-            if DUAL {
-                let a1 = a.add(ROW_TILES * TILE_BYTES + 256 * j);
-                wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
-            }
+            let a1 = a.add(ROW_TILES * TILE_BYTES + 256 * j);
+            wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
         });
         wgmma_commit();
         wgmma_wait::<1>();
@@ -191,9 +191,16 @@ unsafe fn consume<const DUAL: bool>(
 
 #[inline(always)]
 unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
-    let ring = Ring::new::<DUAL>();
+    let ring = Ring::new();
     let k_tiles = p.k / TILE_K as u32;
-    let split = SPLIT && !DUAL && p.splits > 1;
+    // K is split over `blockIdx.z` for every tile of the single projection, for the gate+up
+    // kernel's tiles from `split_from` on (the grid's last, partial wave); a whole tile runs in
+    // its block of z = 0.
+    let lin = block_y() * grid_x() + block_x();
+    let split = SPLIT && p.splits > 1 && lin >= p.split_from;
+    if SPLIT && !split && block_z() > 0 {
+        return;
+    }
     let (c_begin, c_end) = if split {
         let c0 = block_z() * p.chunks_per_split;
         (c0, (c0 + p.chunks_per_split).min(k_tiles))
@@ -216,25 +223,105 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
     } else {
         let mut acc0 = [0.0f32; 64];
         let mut acc1 = [0.0f32; 64];
-        consume::<DUAL>(&ring, chunks, &mut acc0, &mut acc1);
-        store_tile::<DUAL>(p, tile, warp, split, (&acc0, &acc1), (p.gscale0, p.gscale1));
+        consume(&ring, chunks, &mut acc0, &mut acc1);
+        let s = (p.gscale0, p.gscale1);
+        if DUAL && split {
+            store_gate_up_partials(p, lin - p.split_from, warp, (&acc0, &acc1), s);
+        } else if DUAL {
+            store_tile::<true>(p, tile, warp, false, (&acc0, &acc1), s);
+        } else {
+            // The wide block's halves are the 128-row blocks `2·tile.0` and `2·tile.0 + 1`.
+            let (t0, t1) = ((2 * tile.0, tile.1), (2 * tile.0 + 1, tile.1));
+            store_tile::<false>(p, t0, warp, split, (&acc0, &acc0), s);
+            store_tile::<false>(p, t1, warp, split, (&acc1, &acc1), s);
+        }
     }
-    if split {
-        // Every thread counts in the barrier of the split-K completion (the producer too).
-        reduce_splits(p, tile, GEMM_WG_ROWS, GEMM_WG_TOKENS);
+    // Every thread counts in the barrier of the split-K completion (the producer too).
+    if DUAL && split {
+        reduce_gate_up(p, tile, lin - p.split_from);
+    } else if split {
+        reduce_splits(p, tile, GEMM_BULK_WIDE_ROWS, GEMM_WG_TOKENS);
+    }
+}
+
+/// f32 of one projection's partial of one gate+up tile in the workspace.
+const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
+
+/// The gate+up kernel's split tile `t` (counted from `split_from`): warp `warp`'s scaled f32
+/// partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
+#[inline(always)]
+unsafe fn store_gate_up_partials(
+    p: &GemmParams,
+    t: u32,
+    warp: u32,
+    (acc0, acc1): (&[f32; 64], &[f32; 64]),
+    (s0, s1): (f32, f32),
+) {
+    let (g, tq) = (lane() / 4, lane() % 4);
+    let at = (t * p.splits + block_z()) * 2 * TILE_ELEMS;
+    let ws = (p.ws as *mut f32).add(at as usize);
+    unroll16!(F => {
+        unroll4!(I, 0 => {
+            let tok = 8 * F as u32 + 2 * tq + (I as u32 & 1);
+            let row = warp * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
+            let i = (tok * GEMM_WG_ROWS + row) as usize;
+            *ws.add(i) = acc0[4 * F + I] * s0;
+            *ws.add(TILE_ELEMS as usize + i) = acc1[4 * F + I] * s1;
+        });
+    });
+}
+
+/// The last block of the gate+up kernel's split tile `t` (output tile `tile`) to finish sums
+/// gate's and up's partials in split order and writes bf16 `act(g)·u` (the others return).
+/// The tile's counter is back at zero after.
+#[inline(always)]
+unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
+    let counter = (p.counters as *mut u32).add(t as usize);
+    if !last_block_to_finish(counter, p.splits, Smem::base()) {
+        return;
+    }
+    let ws = (p.ws as *const f32).add((t * p.splits * 2 * TILE_ELEMS) as usize);
+    let quads = GEMM_WG_ROWS / 4;
+    let mut i = thread_x();
+    while i < TILE_ELEMS / 4 {
+        let (tl, rl) = (i / quads, 4 * (i % quads));
+        let (tok, row) = (tile.1 * GEMM_WG_TOKENS + tl, tile.0 * GEMM_WG_ROWS + rl);
+        if row < p.n && tok < p.tokens {
+            let part = |pj: u32| {
+                move |s: u32| {
+                    let at = (s * 2 + pj) * TILE_ELEMS + tl * GEMM_WG_ROWS + rl;
+                    ld_cg_v4_f32(ws.add(at as usize))
+                }
+            };
+            let (g, u) = (sum_splits(p.splits, part(0)), sum_splits(p.splits, part(1)));
+            let y: [f32; 4] = core::array::from_fn(|j| act_mul(p, g[j], u[j]));
+            let out = (p.out as *mut u8).add(((tok * p.n + row) * 2) as usize);
+            st_global_v2(out, [pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])]);
+        }
+        i += block_dim_x();
     }
 }
 
 /// Prefill gate+up over the BF16 overlay with the activation fused: bf16 `act(g)·u` out.
-/// Block: [`crate::params::GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows ×
-/// [`GEMM_WG_TOKENS`] tokens; shared memory [`crate::params::gemm_bulk_smem_bytes`]`(true)`.
+/// Block: [`GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens;
+/// shared memory [`crate::params::GEMM_BULK_SMEM_BYTES`].
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
     bulk_gemm::<true, false>(&p)
 }
 
-/// Prefill single projection over the BF16 overlay: bf16 out. Block as the gate+up kernel's;
-/// shared memory [`crate::params::gemm_bulk_smem_bytes`]`(false)`.
+/// `bf16_gemm_gate_up_act` with K split over `blockIdx.z` (`GemmParams::splits`) for the tiles
+/// from `GemmParams::split_from` on: the grid's last wave, which would leave SMs idle, runs
+/// `splits` times as many blocks, each over part of K; the last block of such a tile sums
+/// the f32 partials of gate and up and applies the activation.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
+    bulk_gemm::<true, true>(&p)
+}
+
+/// Prefill single projection over the BF16 overlay: bf16 out. Block: [`GEMM_BULK_THREADS`]
+/// threads, [`GEMM_BULK_WIDE_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens; shared memory as the
+/// gate+up kernel's.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm(p: GemmParams) {
     bulk_gemm::<false, false>(&p)

@@ -246,6 +246,36 @@ unsafe fn wgemm<T: StagedTiles, const DUAL: bool, const SPLIT: bool, const LORA:
     }
 }
 
+/// The dual kernels' epilogue: `act(g)·u` with the activation `p.act` (1 SiLU, 2 GELU-tanh).
+#[inline(always)]
+pub(super) fn act_mul(p: &GemmParams, g: f32, u: f32) -> f32 {
+    (if p.act == 2 { gelu_tanh(g) } else { silu(g) }) * u
+}
+
+/// The sum in split order of `splits` split-K partials of four outputs, `part(s)` loading
+/// split `s`'s: the loads of the first 8 are issued before the sum (the reductions are bound
+/// by load latency).
+#[inline(always)]
+pub(super) unsafe fn sum_splits(splits: u32, part: impl Fn(u32) -> [f32; 4]) -> [f32; 4] {
+    let mut v = [[0.0f32; 4]; 8];
+    unroll8!(S => {
+        if (S as u32) < splits {
+            v[S] = part(S as u32);
+        }
+    });
+    let mut sum = v[0];
+    unroll8!(S => {
+        if S > 0 && (S as u32) < splits {
+            unroll4!(J, 0 => { sum[J] += v[S][J]; });
+        }
+    });
+    for s in 8..splits {
+        let x = part(s);
+        unroll4!(J, 0 => { sum[J] += x[J]; });
+    }
+    sum
+}
+
 /// Writes a block's outputs: warp `warp`'s 16 rows × [`GEMM_WG_TOKENS`] tokens of `acc0` (times
 /// `s.0`), or with two projections `act(acc0·s.0)·(acc1·s.1)`; bf16 to `p.out` (`[tokens][n]`),
 /// or with K split f32 to this split's slice of `p.ws`. Rows and tokens past the ends are not
@@ -269,6 +299,8 @@ pub(super) unsafe fn store_tile<const DUAL: bool>(
                 let row = row_tile * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
                 let y0 = acc0[4 * F + I] * s0;
                 let y = if DUAL {
+                    // Written out rather than `act_mul`: the call's form changes how ptxas lays
+                    // out this epilogue in the other formats' kernels.
                     let y1 = acc1[4 * F + I] * s1;
                     (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
                 } else {
@@ -311,7 +343,8 @@ pub unsafe extern "ptx-kernel" fn gemm_nvfp4_t_down_splitk(p: GemmParams) {
 
 /// The last block of a split-K tile (`rows` × `tokens` outputs) to finish sums the tile's
 /// partials in split order and writes the bf16 output (the others return). The counter of the
-/// tile is back at zero after.
+/// tile is back at zero after. Every thread of the block takes four rows of one token a step
+/// ([`sum_splits`]).
 #[inline(always)]
 pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, tokens: u32) {
     let tile = at.1 * grid_x() + at.0;
@@ -320,24 +353,23 @@ pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, to
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
-    // The sum runs on 256 threads (a BF16 block's producer warpgroup only counts in above).
-    if thread_x() >= 256 {
-        return;
-    }
-    let (row0, tok0) = (at.0 * rows, at.1 * tokens);
+    let (row0, tok0, quads) = (at.0 * rows, at.1 * tokens, rows / 4);
     let mut i = thread_x();
-    while i < rows * tokens {
-        let (row, tok) = (row0 + i % rows, tok0 + i / rows);
+    while i < quads * tokens {
+        // Rows are a multiple of 16, so a quad lies within the matrix or past it.
+        let (row, tok) = (row0 + 4 * (i % quads), tok0 + i / quads);
         if row < p.n && tok < p.tokens {
-            let mut sum = 0.0f32;
-            for s in 0..p.splits {
-                sum += ld_cg_f32(
-                    (p.ws as *const f32).add(((s * p.tokens + tok) * p.n + row) as usize),
-                );
-            }
-            *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(sum);
+            let sum = sum_splits(p.splits, |s| {
+                let at = (s * p.tokens + tok) * p.n + row;
+                ld_cg_v4_f32((p.ws as *const f32).add(at as usize))
+            });
+            let out = (p.out as *mut u8).add(((tok * p.n + row) * 2) as usize);
+            st_global_v2(
+                out,
+                [pack_bf16x2(sum[0], sum[1]), pack_bf16x2(sum[2], sum[3])],
+            );
         }
-        i += 256;
+        i += block_dim_x();
     }
 }
 
