@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 w2: wide bf16 down + vectorized split-K reduction: correctness, A/B vs main, ncu.
+# 2026-12-06 w2: wide bf16 down + vectorized split-K reduction: correctness, A/B vs main, ncu.
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
 export LD_LIBRARY_PATH="$(dirname "$(echo "$libs" | head -1)"):${LD_LIBRARY_PATH:-}"

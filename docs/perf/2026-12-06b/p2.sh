@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 p2: ncu of the BF16 prefill GEMMs (8B, N = 4096): which pipe or memory bounds them.
+# 2026-12-06 p2: ncu of the BF16 prefill GEMMs (8B, N = 4096): which pipe or memory bounds them.
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
 export LD_LIBRARY_PATH="$(dirname "$(echo "$libs" | head -1)"):${LD_LIBRARY_PATH:-}"

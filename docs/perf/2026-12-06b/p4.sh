@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 p4: A/B of two chunks of wgmma in flight in the BF16 GEMM (branch bf16-depth2) vs main.
+# 2026-12-06 p4: A/B of two chunks of wgmma in flight in the BF16 GEMM (branch bf16-depth2) vs main.
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
 export LD_LIBRARY_PATH="$(dirname "$(echo "$libs" | head -1)"):${LD_LIBRARY_PATH:-}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 w3: wide bf16 down + vectorized split-K sums + gate+up tail split (branch bf16-wide):
+# 2026-12-06 w3: wide bf16 down + vectorized split-K sums + gate+up tail split (branch bf16-wide):
 # correctness, A/B vs main, the tail split alone (DENSEFFN_GEMM_TAIL_SPLIT=0), ncu.
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 p3: ncu of main's BF16 prefill GEMMs (bin/denseffn-base, 8B N = 4096), then the A/B
+# 2026-12-06 p3: ncu of main's BF16 prefill GEMMs (bin/denseffn-base, 8B N = 4096), then the A/B
 # of two chunks of wgmma in flight (branch bf16-depth2) against main.
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 w1: the BF16 single-projection GEMM with 256-row blocks (branch bf16-wide):
+# 2026-12-06 w1: the BF16 single-projection GEMM with 256-row blocks (branch bf16-wide):
 # correctness on the GPU, A/B against main, then ncu of both BF16 GEMMs and cuBLAS (new binary).
 here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
 libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
