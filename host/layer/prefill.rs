@@ -42,9 +42,7 @@ use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{
-    gemm_shape, source, GemmParams, ParamBlock, GEMM_WG_ROWS, GEMM_WG_TOKENS,
-};
+use denseffn_device::params::{gemm_shape, source, GemmParams, ParamBlock};
 
 /// The log target of the prefill timers.
 pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
@@ -140,12 +138,13 @@ impl DenseFfnLayer {
                 let (h, i) = (self.hidden(), self.intermediate());
                 let kernels = self.arm_kernels(arm);
                 let gate_up = kernels[0];
-                let tiles = (i as u32).div_ceil(GEMM_WG_ROWS)
-                    * (num_tokens as u32).div_ceil(GEMM_WG_TOKENS);
-                let k0 = match self.gate_up_tail_plan(gate_up, tiles, h) {
-                    Some((name, ..)) if self.lora_rank().is_none() => name,
-                    _ => gate_up,
-                };
+                // The tail split is BF16's only, whose layers never carry LoRA.
+                let tail = gemm_shape(gate_up, true).and_then(|shape| {
+                    let tiles = (i as u32).div_ceil(shape.rows)
+                        * (num_tokens as u32).div_ceil(shape.tokens);
+                    self.gate_up_tail_plan(gate_up, tiles, h)
+                });
+                let k0 = tail.map_or(gate_up, |(name, ..)| name);
                 let k: Vec<&'static str> = std::iter::once(k0)
                     .chain(
                         kernels[1..]
@@ -335,7 +334,7 @@ impl DenseFfnLayer {
             let plan = self.gate_up_tail_plan(kernel, gx * gy, p.k as usize);
             if let Some((name, from, splits, cps)) = plan {
                 let split_tiles = gx * gy - from;
-                let elems = split_tiles * splits * 2 * GEMM_WG_ROWS * GEMM_WG_TOKENS;
+                let elems = split_tiles * splits * 2 * shape.rows * shape.tokens;
                 if ctx.gemm_ws_fits(elems as usize, split_tiles) {
                     kernel = name;
                     p.splits = splits;
