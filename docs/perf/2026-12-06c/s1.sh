@@ -25,7 +25,7 @@ if grep -q "test result: ok" "$out/small-bk32.log"; then
   grep -E "prefill" "$out/cmp-bk32-vs-swap.md"
 fi
 sec="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy"
-for b in denseffn-base denseffn denseffn-bk32; do
+for b in denseffn-base denseffn; do
   [ $ok = 0 ] && [ $b = denseffn ] && continue
   s=$SECONDS
   timeout 50 ncu $sec -k 'regex:^bf16_gemm' --launch-count 2 "$here/bin/$b" bench --backend cuda --quick --shapes 8b --formats bf16 --m 1 --n 4096 --out /tmp/r-$b > "$out/ncu-$b.txt" 2>&1
