@@ -24,7 +24,7 @@
 //! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
 //! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
 //! bf16, the down GEMM's input, as the other formats' GEMMs do ([`super::wgemm::store_tile`]).
-use super::wgemm::{act_mul, reduce_splits, store_tile, sum_splits};
+use super::wgemm::{act_mul, reduce_splits, sum_splits};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
@@ -159,9 +159,12 @@ unsafe fn produce<const DUAL: bool>(
 }
 
 /// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
-/// releases the previous chunk's stage once those products are done.
+/// releases the previous chunk's stage once those products are done. Warpgroup `w` multiplies
+/// its 64 tokens (`64w ..`, the A operand) with the block's 256 weight rows (B), one
+/// `wgmma.m64n256k16` a 16-column step: `acc[4f + i]` is token `16·(warp % 4) + g + 8·(i / 2)`
+/// of the warpgroup's, row `8f + 2t + i % 2` of the block's.
 #[inline(always)]
-unsafe fn consume(ring: &Ring, chunks: u32, acc0: &mut [f32; 64], acc1: &mut [f32; 64]) {
+unsafe fn consume(ring: &Ring, chunks: u32, acc: &mut [f32; 128]) {
     let wg = warp_id() / 4;
     for i in 0..chunks {
         mbar_wait(ring.full(i), ring.parity(i));
@@ -169,16 +172,19 @@ unsafe fn consume(ring: &Ring, chunks: u32, acc0: &mut [f32; 64], acc1: &mut [f3
         // the async one.
         fence_proxy_async();
         let st = ring.stage(i);
-        // The warpgroup's four tiles per slice lie back to back: eight-row groups 1024 bytes
-        // apart, core matrices along K 128 bytes apart, step j 256 bytes in.
-        let a = st.add(X_BYTES + wg * 4 * TILE_BYTES);
+        // The warpgroup's tokens: 64 rows of 128 bytes. The block's 16 weight tiles lie back to
+        // back: eight-row groups 1024 bytes apart, core matrices along K 128 bytes apart, step
+        // j 256 bytes in.
+        let x = st.add(wg * 64 * 128);
+        let w = st.add(X_BYTES);
         wgmma_fence();
         unroll4!(J, 0 => {
             let j = J as u32;
-            let desc = desc_k128b(st.add(32 * j));
-            wgmma_m64n128k16_bf16_ss(acc0, desc_k_plain(a.add(256 * j), 128, 1024), desc);
-            let a1 = a.add(ROW_TILES * TILE_BYTES + 256 * j);
-            wgmma_m64n128k16_bf16_ss(acc1, desc_k_plain(a1, 128, 1024), desc);
+            wgmma_m64n256k16_bf16_ss(
+                acc,
+                desc_k128b(x.add(32 * j)),
+                desc_k_plain(w.add(256 * j), 128, 1024),
+            );
         });
         wgmma_commit();
         wgmma_wait::<1>();
@@ -187,6 +193,66 @@ unsafe fn consume(ring: &Ring, chunks: u32, acc0: &mut [f32; 64], acc1: &mut [f3
         }
     }
     wgmma_wait::<0>();
+}
+
+/// Where a consumer thread's outputs go: its token `j` (0, 1: `g`, `g + 8`) in the block's
+/// token tile, and its row pair `f` (rows `8f + 2t`, `+1` of the block's 256).
+#[inline(always)]
+fn out_token(j: u32) -> u32 {
+    64 * (warp_id() / 4) + 16 * (warp_id() % 4) + lane() / 4 + 8 * j
+}
+
+/// The first of row pair `f`'s two rows in the block.
+#[inline(always)]
+fn out_row(f: u32) -> u32 {
+    8 * f + 2 * (lane() % 4)
+}
+
+/// Writes a consumer thread's outputs of block tile `tile` (`tile.0` counts
+/// [`GEMM_BULK_WIDE_ROWS`]-row blocks of the single projection, [`GEMM_WG_ROWS`]-row blocks of
+/// gate+up): bf16 `act(gate·s.0)·(up·s.1)` (gate rows 0..128 of `acc`, up rows 128..256), or the
+/// single projection's 256 rows times `s.0`, to `p.out` (`[tokens][n]`); with K split, f32 to
+/// this split's slice of `p.ws` (`[split][tokens][n]`). Rows and tokens past the ends are not
+/// written.
+#[inline(always)]
+unsafe fn store_block<const DUAL: bool>(
+    p: &GemmParams,
+    tile: (u32, u32),
+    split: bool,
+    acc: &[f32; 128],
+    (s0, s1): (f32, f32),
+) {
+    let rows = if DUAL { GEMM_WG_ROWS } else { GEMM_BULK_WIDE_ROWS };
+    let row0 = tile.0 * rows;
+    unroll2!(J => {
+        let tok = tile.1 * GEMM_WG_TOKENS + out_token(J as u32);
+        if tok < p.tokens {
+            unroll32!(F => {
+                if !DUAL || F < 16 {
+                    let row = row0 + out_row(F as u32);
+                    let (a, b) = (acc[4 * F + 2 * J], acc[4 * F + 2 * J + 1]);
+                    let y = if DUAL {
+                        let (ua, ub) = (acc[4 * ((F + 16) % 32) + 2 * J], acc[4 * ((F + 16) % 32) + 2 * J + 1]);
+                        [act_mul(p, a * s0, ua * s1), act_mul(p, b * s0, ub * s1)]
+                    } else {
+                        [a * s0, b * s0]
+                    };
+                    if row < p.n {
+                        if split {
+                            let at = (block_z() * p.tokens + tok) * p.n + row;
+                            st_global_v2(
+                                (p.ws as *mut f32).add(at as usize) as *mut u8,
+                                [y[0].to_bits(), y[1].to_bits()],
+                            );
+                        } else {
+                            let at = (tok * p.n + row) as usize;
+                            *((p.out as *mut u16).add(at) as *mut u32) = pack_bf16x2(y[0], y[1]);
+                        }
+                    }
+                }
+            });
+        }
+    });
 }
 
 #[inline(always)]
@@ -217,23 +283,16 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
         fence_mbarrier_init();
     }
     sync_threads();
-    let warp = warp_id();
-    if warp >= CONSUMER_WARPS {
+    if warp_id() >= CONSUMER_WARPS {
         produce::<DUAL>(p, &ring, tile, (c_begin, chunks));
     } else {
-        let mut acc0 = [0.0f32; 64];
-        let mut acc1 = [0.0f32; 64];
-        consume(&ring, chunks, &mut acc0, &mut acc1);
+        let mut acc = [0.0f32; 128];
+        consume(&ring, chunks, &mut acc);
         let s = (p.gscale0, p.gscale1);
         if DUAL && split {
-            store_gate_up_partials(p, lin - p.split_from, warp, (&acc0, &acc1), s);
-        } else if DUAL {
-            store_tile::<true>(p, tile, warp, false, (&acc0, &acc1), s);
+            store_gate_up_partials(p, lin - p.split_from, &acc, s);
         } else {
-            // The wide block's halves are the 128-row blocks `2·tile.0` and `2·tile.0 + 1`.
-            let (t0, t1) = ((2 * tile.0, tile.1), (2 * tile.0 + 1, tile.1));
-            store_tile::<false>(p, t0, warp, split, (&acc0, &acc0), s);
-            store_tile::<false>(p, t1, warp, split, (&acc1, &acc1), s);
+            store_block::<DUAL>(p, tile, split, &acc, s);
         }
     }
     // Every thread counts in the barrier of the split-K completion (the producer too).
@@ -247,26 +306,19 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
 /// f32 of one projection's partial of one gate+up tile in the workspace.
 const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
 
-/// The gate+up kernel's split tile `t` (counted from `split_from`): warp `warp`'s scaled f32
+/// The gate+up kernel's split tile `t` (counted from `split_from`): this thread's scaled f32
 /// partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
 #[inline(always)]
-unsafe fn store_gate_up_partials(
-    p: &GemmParams,
-    t: u32,
-    warp: u32,
-    (acc0, acc1): (&[f32; 64], &[f32; 64]),
-    (s0, s1): (f32, f32),
-) {
-    let (g, tq) = (lane() / 4, lane() % 4);
+unsafe fn store_gate_up_partials(p: &GemmParams, t: u32, acc: &[f32; 128], (s0, s1): (f32, f32)) {
     let at = (t * p.splits + block_z()) * 2 * TILE_ELEMS;
     let ws = (p.ws as *mut f32).add(at as usize);
-    unroll16!(F => {
-        unroll4!(I, 0 => {
-            let tok = 8 * F as u32 + 2 * tq + (I as u32 & 1);
-            let row = warp * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
-            let i = (tok * GEMM_WG_ROWS + row) as usize;
-            *ws.add(i) = acc0[4 * F + I] * s0;
-            *ws.add(TILE_ELEMS as usize + i) = acc1[4 * F + I] * s1;
+    unroll2!(J => {
+        let tok = out_token(J as u32);
+        unroll32!(F => {
+            let (pj, f, s) = if F < 16 { (0, F, s0) } else { (1, F - 16, s1) };
+            let i = pj * TILE_ELEMS + tok * GEMM_WG_ROWS + out_row(f as u32);
+            let v = [acc[4 * F + 2 * J] * s, acc[4 * F + 2 * J + 1] * s];
+            st_global_v2(ws.add(i as usize) as *mut u8, [v[0].to_bits(), v[1].to_bits()]);
         });
     });
 }

@@ -22,6 +22,31 @@ macro_rules! unroll16 {
     }};
 }
 
+/// Repeats `$body` with `$f` bound to the constants 0..32.
+macro_rules! unroll32 {
+    ($f:ident => $body:block) => {{
+        unroll16!($f => $body);
+        unroll4!($f, 16 => $body);
+        unroll4!($f, 20 => $body);
+        unroll4!($f, 24 => $body);
+        unroll4!($f, 28 => $body);
+    }};
+}
+
+/// Repeats `$body` with `$f` bound to the constants 0 and 1.
+macro_rules! unroll2 {
+    ($f:ident => $body:block) => {{
+        {
+            const $f: usize = 0;
+            $body
+        }
+        {
+            const $f: usize = 1;
+            $body
+        }
+    }};
+}
+
 /// Repeats `$body` with `$f` bound to the constants `$base..$base + 4`.
 macro_rules! unroll4 {
     ($f:ident, $base:literal => $body:block) => {{
