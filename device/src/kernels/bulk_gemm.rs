@@ -1,12 +1,14 @@
 //! Prefill GEMM over the BF16 overlay's tiles (`wgmma`, sm_90a), warp-specialized: `Y[t] = W·X[t]`
 //! for many tokens, both operands handed to the tensor cores from shared memory by descriptor.
 //!
-//! A block is 384 threads over 128 tokens ([`GEMM_WG_TOKENS`]): two consumer warpgroups (warps
-//! 0–7) and one producer warpgroup (warps 8–11). Each consumer warpgroup multiplies two 64-row
-//! weight slices with the same activations: gate's and up's rows `64w ..` in the gate+up kernel
-//! ([`GEMM_WG_ROWS`] = 128 rows a block and projection), rows `64w ..` and `128 + 64w ..` of the
-//! one matrix in the single-projection kernels ([`GEMM_BULK_WIDE_ROWS`] = 256 rows a block,
-//! which halves the activation bytes per product against a 128-row block). The stages (64-column
+//! A block is 384 threads over 256 weight rows × 128 tokens ([`GEMM_WG_TOKENS`]): two consumer
+//! warpgroups (warps 0–7) and one producer warpgroup (warps 8–11). The rows are gate's and up's
+//! [`GEMM_WG_ROWS`] = 128 each in the gate+up kernel, [`GEMM_BULK_WIDE_ROWS`] = 256 of the one
+//! matrix in the single-projection kernels. Consumer warpgroup `w` multiplies its 64 tokens
+//! (`64w ..`, the A operand) with all 256 rows (the B operand), one `wgmma.m64n256k16` a
+//! 16-column step, 128 f32 accumulators a thread: each product reads 2 KiB of activations and
+//! 8 KiB of weights from shared memory, where two `m64n128k16` over 64-row weight slices with
+//! all 128 tokens (the form before) read 12 KiB for the same work. The stages (64-column
 //! chunks, [`GEMM_BULK_STAGES`] deep, 16 weight tiles each) are handed over by `mbarrier`s, not
 //! block barriers:
 //! - the producer waits for a stage's *empty* barrier (every consumer warp released the chunk
@@ -17,13 +19,14 @@
 //!   pieces a thread, whose completion each thread signals on the same barrier (one warp
 //!   issuing all 1024 pieces, with their address arithmetic, was 45–52% slower than the
 //!   block-barrier GEMM before it on an H100: `docs/perf/2026-12-06-bf16-bulk.md`);
-//! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n128k16` per
-//!   slice, and releases the stage of the chunk before once that chunk's products are done
+//! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n256k16`, and
+//!   releases the stage of the chunk before once that chunk's products are done
 //!   (`wgmma.wait_group 1`: one chunk's products stay in flight).
 //!
 //! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
 //! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
-//! bf16, the down GEMM's input, as the other formats' GEMMs do ([`super::wgemm::store_tile`]).
+//! bf16, the down GEMM's input, as the other formats' GEMMs do; a thread holds two adjacent
+//! rows of a token, so every store is a bf16 pair ([`store_block`]).
 use super::wgemm::{act_mul, reduce_splits, sum_splits};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
@@ -222,7 +225,11 @@ unsafe fn store_block<const DUAL: bool>(
     acc: &[f32; 128],
     (s0, s1): (f32, f32),
 ) {
-    let rows = if DUAL { GEMM_WG_ROWS } else { GEMM_BULK_WIDE_ROWS };
+    let rows = if DUAL {
+        GEMM_WG_ROWS
+    } else {
+        GEMM_BULK_WIDE_ROWS
+    };
     let row0 = tile.0 * rows;
     unroll2!(J => {
         let tok = tile.1 * GEMM_WG_TOKENS + out_token(J as u32);
