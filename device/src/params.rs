@@ -343,9 +343,9 @@ pub const GEMM_BULK_THREADS: u32 = 384;
 pub const GEMM_BULK_BARRIER_BYTES: u32 = 128;
 
 /// Rows per block of the BF16 single-projection prefill GEMMs (`bf16_gemm`, `bf16_gemm_splitk`):
-/// each consumer warpgroup multiplies two 64-row halves (rows `64w` and `128 + 64w`) with the
-/// same activations, as the gate+up kernel multiplies gate and up, so a stage carries 256 rows
-/// of weights for 128 tokens (half the activation bytes a product of the 128-row block).
+/// a stage carries 256 rows of weights for 128 tokens (half the activation bytes a product of
+/// a 128-row block), as the gate+up kernel's carries gate's and up's 128; each consumer
+/// warpgroup multiplies its 64 tokens with all 256 rows (one `wgmma.m64n256k16` a step).
 pub const GEMM_BULK_WIDE_ROWS: u32 = 256;
 
 // One wide block fills an SM's shared memory (228 KiB), so a split-K plan of it (`splits ×
