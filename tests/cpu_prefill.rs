@@ -106,6 +106,58 @@ fn prefill_splits_k_of_a_small_down_grid() {
     assert_eq!(layer.prefill_kernels(65)[1], "gemm_nvfp4_t_down");
 }
 
+/// BF16's gate+up GEMM splits K over the tiles of its grid's last, partial wave
+/// (`bf16_gemm_gate_up_act_splitk`, `plan::gemm_tail_split`), here on a backend that answers 4
+/// SMs: h = 2048 (32 chunks: 2 splits), i = 256 (2 row blocks). N = 65: 2 tiles, both split;
+/// N = 260: 6 tiles, 4 whole and 2 split in one launch; N = 130: 4 tiles fill the wave, no
+/// split. The CPU backend checks the launch (grid, workspace, counters zero at launch); the
+/// result against the f64 FFN of the overlay's weights, the same bits on a second call, and
+/// nothing written past the last token.
+#[test]
+fn bf16_gate_up_splits_k_over_its_last_wave() {
+    use denseffn::layer::OverlayKind;
+    let (h, i) = (2048, 256);
+    let o = OverlayHost::random(OverlayKind::Bf16, h, i, 51);
+    let x = activations(260 * h, 53);
+    let want = o.reference(&x, FfnActivation::Silu);
+    let cpu = Arc::new(CpuBackend::new().with_sm_count(4));
+    let gpu: Arc<dyn GpuBackend> = cpu.clone();
+    let mut layer = HostLayer::random(h, i, 55).layer(&gpu, FfnActivation::Silu);
+    o.install(&mut layer).unwrap();
+    let mut ctx = ForwardContext::new(&layer, 260).unwrap();
+    let xs = upload_bf16(&gpu, &x);
+    assert_eq!(layer.prefill_kernels(130)[0], "bf16_gemm_gate_up_act");
+    for n in [65usize, 260] {
+        assert_eq!(
+            layer.prefill_kernels(n)[0],
+            "bf16_gemm_gate_up_act_splitk",
+            "N={n}"
+        );
+        let mut runs = Vec::new();
+        for _ in 0..if n == 260 { 2 } else { 1 } {
+            gpu.memset(ctx.output(), 0xFF, 260 * h * 2).unwrap();
+            let y = layer.forward_prefill(xs, n, &mut ctx, 0).unwrap();
+            runs.push(download_bf16(&gpu, y, 260 * h));
+        }
+        // Row blocks × token blocks × 2 splits (the blocks of the whole tiles past z = 0
+        // return at once).
+        let grid = (2, n.div_ceil(128) as u32, 2);
+        assert_eq!(cpu.last_grid("bf16_gemm_gate_up_act_splitk"), Some(grid));
+        let err = rel_l2(&runs[0][..n * h], &want[..n * h]);
+        assert!(err < 1e-2, "N={n}: rel L2 {err}");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&runs[0]),
+            bits(runs.last().unwrap()),
+            "N={n}: runs differ"
+        );
+        assert!(
+            runs[0][n * h..].iter().all(|v| v.is_nan()),
+            "N={n}: wrote past the end"
+        );
+    }
+}
+
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<u8>>>);
 

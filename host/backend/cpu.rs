@@ -97,6 +97,8 @@ pub struct CpuBackend {
     fail_alloc: AtomicU64,
     /// What [`GpuBackend::resident_blocks`] answers for every kernel.
     resident: u32,
+    /// What `sm_count` answers ([`CpuBackend::with_sm_count`]).
+    sm_count: u32,
     missing: HashSet<String>,
     launches: AtomicU64,
     /// The grid of each kernel's latest launch (what the layer's launch plans chose).
@@ -125,6 +127,7 @@ impl CpuBackend {
             allocs_made: AtomicU64::new(0),
             fail_alloc: AtomicU64::new(u64::MAX),
             resident: 4,
+            sm_count: 132,
             missing: HashSet::new(),
             launches: AtomicU64::new(0),
             grids: Mutex::new(HashMap::new()),
@@ -139,6 +142,14 @@ impl CpuBackend {
     /// scratch) can be exercised for each occupancy on the CPU.
     pub fn with_resident_blocks(mut self, n: u32) -> Self {
         self.resident = n.clamp(1, 8);
+        self
+    }
+
+    /// Answers `n` (at least 1) for the SM count (default 132, an H100's or H200's), so launch
+    /// plans that depend on it (the BF16 gate+up tail split: whole tiles, then the last wave's
+    /// tiles split) can be exercised on small shapes.
+    pub fn with_sm_count(mut self, n: u32) -> Self {
+        self.sm_count = n.max(1);
         self
     }
 
@@ -240,7 +251,7 @@ impl GpuBackend for CpuBackend {
         "CPU reference".into()
     }
     fn sm_count(&self) -> u32 {
-        132
+        self.sm_count
     }
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         if bytes == 0 {
