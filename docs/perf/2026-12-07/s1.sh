@@ -21,8 +21,10 @@ s=$SECONDS; timeout 100 ncu --clock-control none --section SpeedOfLight --sectio
 ncu -i "$out/ncu-main.ncu-rep" > "$out/ncu-main.txt" 2>&1
 ncu -i "$out/ncu-main.ncu-rep" --page source --csv --print-source sass > "$out/ncu-src.csv" 2>"$out/ncu-src.err"; echo "src rc=$? $(wc -l < "$out/ncu-src.csv") lines"; head -c 400 "$out/ncu-src.err"
 grep -E "Duration|Compute \(SM\)|L2 Cache Th|L1/TEX Cache|Issue Slots|Warp Cycles Per Issued" "$out/ncu-main.txt" | head -20
-for v in -nx -nw -nxw; do b "$v" 40 --shapes 8b --n 512,4096; done
+for v in -nx -nw -nxw; do b "$v" 35 --shapes 8b --n 512,4096; done
 if [ $ok = 0 ]; then
   DENSEFFN_GPU_TEST_SMALL=1 t small-cg 40 "$here/bin/test-gpu-cg" --test-threads=1 --nocapture overlays_match
   b -cg 70 --shapes 8b,70b --n 128,512,4096; "$here/bin/denseffn" compare "$out/bench.json" "$out/bench-cg.json" --out "$out/cmp-cg.md" > /dev/null 2>&1; grep -E "prefill" "$out/cmp-cg.md" | head -8
 fi
+# (6) with the time left (the call's limit is 600 s): every other GPU test of the p build.
+if [ $ok = 1 ]; then left=$((570 - SECONDS)); [ $left -gt 30 ] && t test-gpu-p $left "$here/bin/test-gpu-p" --test-threads=1 --nocapture --skip overlays_match; fi
