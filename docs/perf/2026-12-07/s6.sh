@@ -9,7 +9,7 @@ t() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$@" > "$o
 b() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$here/bin/denseffn$name" bench --backend cuda --formats bf16 --m 1 --out "$out/b$name" "$@" > "$out/bench$name.log" 2>&1; echo "== bench$name rc=$? $((SECONDS-s))s"; cp "$out/b$name/bench.md" "$out/bench$name.md"; cp "$out/b$name/bench.json" "$out/bench$name.json"; rm -rf "$out/b$name"; grep -E "prefill" "$out/bench$name.md" | cut -d'|' -f2,5,7,8,10,11; }
 export DENSEFFN_GPU_TEST_OVERLAYS=bf16
 DENSEFFN_GPU_TEST_SMALL=1 t small-pt 40 "$here/bin/test-gpu-pt" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail
-grep -q "test result: ok" "$out/small-pt.log" && t full-pt 100 "$here/bin/test-gpu-pt" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail prefill_split_k prefill_matches
+grep -q "test result: ok" "$out/small-pt.log" && t full-pt 130 "$here/bin/test-gpu-pt" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail prefill_split_k every_kernel prefill_matches
 b "" 70 --shapes 8b,70b --n 512,4096
 b -pt 70 --shapes 8b,70b --n 512,4096
 "$here/bin/denseffn" compare "$out/bench.json" "$out/bench-pt.json" --out "$out/cmp-pt.md" > /dev/null 2>&1; grep -E "prefill" "$out/cmp-pt.md" | head -8
