@@ -7,12 +7,7 @@
 # each process; (4) ncu of p's gate+up and down at 8B N = 4096 (source-level stall sampling);
 # (5) diagnostic builds of p (wrong results, timing only): pnx = no activation cp.async,
 # pnxw = no copies at all; (6) with the time left, every other GPU test of p.
-here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
-libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
-export LD_LIBRARY_PATH="$(dirname "$(echo "$libs" | head -1)"):${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
-t() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$@" > "$out/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS-s))s"; grep -E "test result|panicked|worst|FAILED" "$out/$name.log" | cut -c1-200 | tail -6; }
-b() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$here/bin/denseffn$name" bench --backend cuda --formats bf16 --m 1 --out "$out/b$name" "$@" > "$out/bench$name.log" 2>&1; echo "== bench$name rc=$? $((SECONDS-s))s"; cp "$out/b$name/bench.md" "$out/bench$name.md"; cp "$out/b$name/bench.json" "$out/bench$name.json"; rm -rf "$out/b$name"; grep -E "prefill" "$out/bench$name.md" | cut -d'|' -f2,5,7,8,10,11; }
+. "$(dirname "$0")/lib.sh"
 export DENSEFFN_GPU_TEST_OVERLAYS=bf16
 DENSEFFN_GPU_TEST_SMALL=1 t small-p 40 "$here/bin/test-gpu-p" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail
 ok=0; grep -q "test result: ok" "$out/small-p.log" && ok=1

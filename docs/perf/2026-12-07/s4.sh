@@ -3,17 +3,12 @@
 # correctness (small shapes, then full shapes with the tail-split, capped-grid and split-K tests),
 # a quick A/B against main (bf16, 8B and 70B, N 512/4096, cuBLAS in each process), then the
 # entry-point and sampled-prefill tests.
-here="$(cd "$(dirname "$0")" && pwd)"; out="$OUT"
-libs="$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -path '/proc/*' 2>/dev/null)"
-export LD_LIBRARY_PATH="$(dirname "$(echo "$libs" | head -1)"):${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
-t() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$@" > "$out/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS-s))s"; grep -E "test result|panicked|worst|FAILED" "$out/$name.log" | cut -c1-200 | tail -6; }
-b() { local name=$1 lim=$2; shift 2; local s=$SECONDS; timeout "$lim" "$here/bin/denseffn$name" bench --backend cuda --formats bf16 --m 1 --quick --out "$out/b$name" "$@" > "$out/bench$name.log" 2>&1; echo "== bench$name rc=$? $((SECONDS-s))s"; cp "$out/b$name/bench.md" "$out/bench$name.md"; cp "$out/b$name/bench.json" "$out/bench$name.json"; rm -rf "$out/b$name"; grep -E "prefill" "$out/bench$name.md" | cut -d'|' -f2,5,7,8,10,11; }
+. "$(dirname "$0")/lib.sh"
 export DENSEFFN_GPU_TEST_OVERLAYS=bf16
 DENSEFFN_GPU_TEST_SMALL=1 t small-p 30 "$here/bin/test-gpu-p" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail
 grep -q "test result: ok" "$out/small-p.log" || exit 0
 t full-p 90 "$here/bin/test-gpu-p" --test-threads=1 --nocapture overlays_match prefill_gate_up_tail prefill_split_k
-b "" 45 --shapes 8b,70b --n 512,4096
-b -p 45 --shapes 8b,70b --n 512,4096
+b "" 45 --quick --shapes 8b,70b --n 512,4096
+b -p 45 --quick --shapes 8b,70b --n 512,4096
 "$here/bin/denseffn" compare "$out/bench.json" "$out/bench-p.json" --out "$out/cmp-p.md" > /dev/null 2>&1; grep -E "prefill" "$out/cmp-p.md" | head -8
 t rest-p 60 "$here/bin/test-gpu-p" --test-threads=1 --nocapture every_kernel prefill_matches
