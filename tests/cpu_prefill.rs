@@ -110,7 +110,8 @@ fn prefill_splits_k_of_a_small_down_grid() {
 /// (`bf16_gemm_gate_up_act_splitk`, `plan::gemm_tail_split`), here on a backend that answers 4
 /// SMs: h = 2048 (32 chunks: 2 splits), i = 256 (2 row blocks). N = 65: 2 tiles, both split;
 /// N = 260: 6 tiles, 4 whole and 2 split in one launch; N = 130: 4 tiles fill the wave, no
-/// split. The CPU backend checks the launch (grid, workspace, counters zero at launch); the
+/// split. The CPU backend checks the launch (the persistent grid of `params::gemm_grid`,
+/// workspace, counters zero at launch); the
 /// result against the f64 FFN of the overlay's weights, the same bits on a second call, and
 /// nothing written past the last token.
 #[test]
@@ -139,9 +140,13 @@ fn bf16_gate_up_splits_k_over_its_last_wave() {
             let y = layer.forward_prefill(xs, n, &mut ctx, 0).unwrap();
             runs.push(download_bf16(&gpu, y, 260 * h));
         }
-        // Row blocks × token blocks × 2 splits (the blocks of the whole tiles past z = 0
-        // return at once).
-        let grid = (2, n.div_ceil(128) as u32, 2);
+        // Persistent: one block an SM over the units, the whole tiles then 2 a split tile
+        // (N = 65: 0 + 2 × 2; N = 260: 4 + 2 × 2).
+        let tiles = 2 * n.div_ceil(128) as u32;
+        let from = tiles - tiles % 4;
+        let units = from + (tiles - from) * 2;
+        assert_eq!(units, if n == 65 { 4 } else { 8 });
+        let grid = (units.min(4), 1, 1);
         assert_eq!(cpu.last_grid("bf16_gemm_gate_up_act_splitk"), Some(grid));
         let err = rel_l2(&runs[0][..n * h], &want[..n * h]);
         assert!(err < 1e-2, "N={n}: rel L2 {err}");
@@ -156,6 +161,124 @@ fn bf16_gate_up_splits_k_over_its_last_wave() {
             "N={n}: wrote past the end"
         );
     }
+    // A grid capped at 3 blocks (`set_gemm_grid_cap`): the launch says so, the result is the
+    // same bits.
+    let whole = download_bf16(
+        &gpu,
+        layer.forward_prefill(xs, 260, &mut ctx, 0).unwrap(),
+        260 * h,
+    );
+    layer.set_gemm_grid_cap(std::num::NonZeroU32::new(3));
+    let capped = download_bf16(
+        &gpu,
+        layer.forward_prefill(xs, 260, &mut ctx, 0).unwrap(),
+        260 * h,
+    );
+    assert_eq!(
+        cpu.last_grid("bf16_gemm_gate_up_act_splitk"),
+        Some((3, 1, 1))
+    );
+    assert_eq!(cpu.last_grid("bf16_gemm"), Some((3, 1, 1)));
+    assert!(whole
+        .iter()
+        .zip(&capped)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+/// The BF16 GEMMs read their activations through a TMA tensor map in their parameter block
+/// (`GemmParams::xmap`): the PTX declares those blocks 128-byte aligned (the map's alignment),
+/// bad map specs are refused, and the CPU reference reads through the map, so a launch
+/// without one fails instead of reading `x` behind the map's back.
+#[test]
+fn bf16_gemms_read_activations_through_their_tile_map() {
+    use denseffn::backend::{DevicePtr, Launch, TileMapSpec};
+    use denseffn_device::params::{GemmParams, ParamBlock};
+    for k in [
+        "bf16_gemm_gate_up_act",
+        "bf16_gemm_gate_up_act_splitk",
+        "bf16_gemm",
+        "bf16_gemm_splitk",
+    ] {
+        let decl = format!(".param .align 128 .b8 {k}_param_0[264]");
+        assert!(denseffn::PTX.contains(&decl), "{k}: no `{decl}` in the PTX");
+        assert!(gemm_shape(k, k.contains("gate_up")).unwrap().x_map, "{k}");
+    }
+    let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let x = gpu.alloc(64 * 256 * 2).unwrap();
+    let good = TileMapSpec {
+        base: x,
+        rows: 64,
+        cols: 256,
+        box_rows: 128,
+        box_cols: 64,
+    };
+    assert!(gpu.encode_tile_map(&good).is_ok());
+    for bad in [
+        TileMapSpec {
+            base: x.offset(8),
+            ..good
+        },
+        TileMapSpec {
+            base: DevicePtr::NULL,
+            ..good
+        },
+        TileMapSpec { rows: 0, ..good },
+        TileMapSpec { cols: 4, ..good },
+        TileMapSpec {
+            box_rows: 257,
+            ..good
+        },
+        TileMapSpec {
+            box_cols: 32,
+            ..good
+        },
+    ] {
+        assert!(
+            matches!(gpu.encode_tile_map(&bad), Err(Error::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+    // A bf16_gemm launch whose map was never encoded.
+    let (n, k, t) = (256u32, 256u32, 64u32);
+    let w = gpu.alloc((n * k * 2) as usize).unwrap();
+    let out = gpu.alloc((n * t * 2) as usize).unwrap();
+    let p = GemmParams {
+        w0: w.0,
+        x: x.0,
+        out: out.0,
+        gscale0: 1.0,
+        n,
+        k,
+        tokens: t,
+        ..Default::default()
+    };
+    let shape = gemm_shape("bf16_gemm", false).unwrap();
+    let launch = Launch {
+        kernel: "bf16_gemm",
+        grid: (1, 1, 1),
+        block: (shape.threads, 1, 1),
+        smem: shape.smem,
+        params: p.as_bytes(),
+    };
+    match gpu.launch(&launch, 0) {
+        Err(Error::Invalid(m)) => assert!(m.contains("activation map"), "{m}"),
+        other => panic!("launch without a map: {other:?}"),
+    }
+    let p = GemmParams {
+        xmap: gpu
+            .encode_tile_map(&TileMapSpec {
+                rows: t,
+                cols: k,
+                ..good
+            })
+            .unwrap(),
+        ..p
+    };
+    let launch = Launch {
+        params: p.as_bytes(),
+        ..launch
+    };
+    gpu.launch(&launch, 0).unwrap();
 }
 
 #[derive(Clone, Default)]

@@ -4,6 +4,7 @@ use common::*;
 use denseffn::backend::{CpuBackend, CudaBackend, GpuBackend};
 use denseffn::layer::{FfnActivation, ForwardContext};
 use denseffn::reference::rel_l2;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 /// The device's memory, shared by the tests of this binary: the KV-cache tests take all free
@@ -356,8 +357,8 @@ fn prefill_split_k_matches_cpu_reference() {
 
 /// BF16's gate+up GEMM splits K over the tiles of its grid's last wave
 /// (`bf16_gemm_gate_up_act_splitk`): against the CPU reference for both activations, the
-/// same bits on a second run (the split counters are back at zero and the sum order fixed),
-/// nothing written past the last token.
+/// same bits on a second run (the split counters are back at zero and the sum order fixed)
+/// and on a persistent grid capped at 3 blocks, nothing written past the last token.
 #[test]
 fn prefill_gate_up_tail_split_matches_cpu_reference() {
     use denseffn::layer::OverlayKind;
@@ -379,18 +380,27 @@ fn prefill_gate_up_tail_split_matches_cpu_reference() {
         for n in [65usize, 130, 300] {
             let gate_up = gl.prefill_kernels(n)[0];
             assert_eq!(gate_up, "bf16_gemm_gate_up_act_splitk", "{act:?} N={n}");
+            // Twice on the whole GPU, then on a persistent grid capped at 3 blocks, each block
+            // running many whole and split tiles in turn.
             let mut runs = Vec::new();
-            for _ in 0..2 {
+            for cap in [None, None, NonZeroU32::new(3)] {
+                gl.set_gemm_grid_cap(cap);
                 gpu.memset(gc.output(), 0xFF, 300 * h * 2).unwrap();
                 let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
                 runs.push(download_bf16(&gpu, y, 300 * h));
             }
+            gl.set_gemm_grid_cap(None);
             let want = download_bf16(&cpu, cl.forward_prefill(cx, n, &mut cc, 0).unwrap(), n * h);
             let err = rel_l2(&runs[0][..n * h], &want);
             println!("{act:?} N={n} ({gate_up}): rel L2 vs CPU reference {err:.2e}");
             assert!(err < 1e-2, "{act:?} N={n}: rel L2 {err}");
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&runs[0]), bits(&runs[1]), "{act:?} N={n}: runs differ");
+            assert_eq!(
+                bits(&runs[0]),
+                bits(&runs[2]),
+                "{act:?} N={n}: capped grid differs"
+            );
             assert!(
                 runs[0][n * h..].iter().all(|v| v.is_nan()),
                 "{act:?} N={n}: wrote past the end"

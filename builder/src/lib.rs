@@ -65,6 +65,7 @@ pub struct PtxBuilder {
     out_dir: Option<PathBuf>,
     dynamic_smem: Option<String>,
     launch_bounds: Vec<(String, u32, u32)>,
+    param_aligns: Vec<(String, u32)>,
 }
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
@@ -83,6 +84,7 @@ impl PtxBuilder {
             out_dir: None,
             dynamic_smem: None,
             launch_bounds: Vec::new(),
+            param_aligns: Vec::new(),
         }
     }
 
@@ -122,6 +124,15 @@ impl PtxBuilder {
     /// `threads` (what CUDA C's `__launch_bounds__` does). Rust cannot express them.
     pub fn launch_bounds(mut self, kernel: &str, threads: u32, blocks: u32) -> Self {
         self.launch_bounds.push((kernel.into(), threads, blocks));
+        self
+    }
+
+    /// Declares entry point `kernel`'s first (by-value) parameter `.align bytes` in the PTX, so
+    /// a TMA tensor map at its start is aligned in the parameter space as the driver's
+    /// `CUtensorMap` is, as `__grid_constant__` parameters are in CUDA C++. Rust's nvptx kernel
+    /// ABI declares at most 16.
+    pub fn param_align(mut self, kernel: &str, bytes: u32) -> Self {
+        self.param_aligns.push((kernel.into(), bytes));
         self
     }
 
@@ -230,6 +241,13 @@ impl PtxBuilder {
         for (kernel, threads, blocks) in &self.launch_bounds {
             text = add_launch_bounds(&text, kernel, *threads, *blocks).ok_or_else(|| {
                 BuildError::Io(format!("launch_bounds: no entry point {kernel} in the PTX"))
+            })?;
+        }
+        for (kernel, bytes) in &self.param_aligns {
+            text = set_param_align(&text, kernel, *bytes).ok_or_else(|| {
+                BuildError::Io(format!(
+                    "param_align: no by-value parameter of {kernel} in the PTX"
+                ))
             })?;
         }
         fs::write(&ptx, text).map_err(|e| BuildError::Io(e.to_string()))?;
@@ -395,6 +413,23 @@ fn add_launch_bounds(ptx: &str, kernel: &str, threads: u32, blocks: u32) -> Opti
     ))
 }
 
+/// Rewrites the alignment of entry `kernel`'s first parameter (`.param .align N .b8
+/// <kernel>_param_0[size]`) to `bytes`.
+fn set_param_align(ptx: &str, kernel: &str, bytes: u32) -> Option<String> {
+    let entry = ptx.find(&format!(".entry {kernel}("))?;
+    let at = entry + ptx[entry..].find(&format!(" .b8 {kernel}_param_0["))?;
+    let start = ptx[..at].rfind(".param .align ")?;
+    // Only a declaration `.param .align N` right before the name.
+    ptx[start + ".param .align ".len()..at]
+        .parse::<u32>()
+        .ok()?;
+    Some(format!(
+        "{}.param .align {bytes}{}",
+        &ptx[..start],
+        &ptx[at..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +450,19 @@ mod tests {
         assert!(out.contains(".entry ab(\n)\n.maxntid 256, 1, 1\n.minnctapersm 4\n{"));
         assert!(out.starts_with(".visible .entry a(\n.param .u64 a_0\n)\n{"));
         assert!(add_launch_bounds(p, "b", 256, 4).is_none());
+    }
+
+    #[test]
+    fn param_align_rewrites_only_the_named_entry() {
+        let p = ".visible .entry k(\n\t.param .align 8 .b8 k_param_0[320]\n)\n{\n}\n\
+                 .visible .entry kk(\n\t.param .align 8 .b8 kk_param_0[320]\n)\n{\n}\n";
+        let out = set_param_align(p, "kk", 64).unwrap();
+        assert!(out.contains(".param .align 8 .b8 k_param_0[320]"));
+        assert!(out.contains(".param .align 64 .b8 kk_param_0[320]"));
+        assert_eq!(out.len(), p.len() + 1);
+        assert!(set_param_align(p, "x", 64).is_none());
+        let scalar = ".visible .entry s(\n\t.param .u64 s_param_0\n)\n{\n}\n";
+        assert!(set_param_align(scalar, "s", 64).is_none());
     }
 
     #[test]

@@ -232,6 +232,10 @@ pub const PACK_SMEM_BYTES: u32 = PACK_THREADS / 32 * 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GemmParams {
+    /// The kernels of [`GemmShape::x_map`] (the BF16 GEMMs) only: `x` as their TMA copies read
+    /// it, boxes of [`GEMM_WG_TOKENS`] tokens × 64 columns with the 128-byte swizzle (the host's
+    /// `GpuBackend::encode_tile_map`); all zeros for the other kernels.
+    pub xmap: TileMap,
     /// Tiled codes of projection 0.
     pub w0: u64,
     /// Tiled scales of projection 0.
@@ -272,7 +276,8 @@ pub struct GemmParams {
     pub chunks_per_split: u32,
     /// The gate+up split-K kernel: the first tile (block `block_y · grid_x + block_x`) whose K
     /// is split (the tiles of the grid's last, partial wave); the tiles before it run whole in
-    /// the blocks of `blockIdx.z = 0` (the other blocks of theirs return at once). 0 for the
+    /// the blocks of `blockIdx.z = 0` (the other blocks of theirs return at once), or, in the
+    /// persistent BF16 kernel, as one unit each ([`gemm_bulk_units`]). 0 for the
     /// single-projection kernels, which split every tile.
     pub split_from: u32,
     /// Split-K partials: single projection f32 `[split][tokens][n]`; gate+up f32
@@ -287,9 +292,22 @@ pub struct GemmParams {
     pub x_scales: u64,
 }
 
-// SAFETY: repr(C), 6 u64, 6 four-byte fields, 3 u64, 4 four-byte fields, 3 u64: no padding (the
-// u64 runs start at bytes 0, 72 and 112).
+// SAFETY: repr(C), the 128-byte map, 6 u64, 6 four-byte fields, 3 u64, 4 four-byte fields,
+// 3 u64: no padding (the u64 runs start at bytes 128, 200 and 240).
 unsafe impl ParamBlock for GemmParams {}
+const _: () = assert!(
+    core::mem::size_of::<GemmParams>() == 264 && core::mem::offset_of!(GemmParams, w0) == 128
+);
+
+/// A TMA tensor map (the driver's `CUtensorMap`): 128 opaque bytes, read by
+/// `cp.async.bulk.tensor` from the kernel's parameter block, where it must lie aligned as the
+/// driver's type is (64 bytes on CUDA 12, 128 on CUDA 13): it is the block's first field, and
+/// the build declares the kernels' blocks `.align 128` (`PtxBuilder::param_align`; Rust's
+/// kernel ABI declares at most 16). Made on the host by `GpuBackend::encode_tile_map` (the CPU
+/// backend writes its own description into the same bytes); all zeros when a launch has none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TileMap(pub [u64; 16]);
 
 /// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_KERNELS`]): two warpgroups of 64 rows,
 /// one `wgmma.m64n128k16` each per 16 columns.
@@ -423,6 +441,50 @@ pub struct GemmShape {
     pub threads: u32,
     /// Dynamic shared memory, bytes.
     pub smem: u32,
+    /// A persistent kernel (the BF16 GEMMs): grid `(min(units, SMs), 1, 1)`, each block
+    /// running units `blockIdx.x, + gridDim.x, …` ([`gemm_bulk_units`], [`gemm_grid`]).
+    pub persistent: bool,
+    /// The kernel reads its activations through [`GemmParams::xmap`] (TMA), not `x`.
+    pub x_map: bool,
+}
+
+/// Units of work of a BF16 prefill GEMM launch (`kernels::bulk_gemm`, persistent), `dual`:
+/// gate+up (128 + 128-row tiles), else the single projection (256-row tiles), 128 tokens a
+/// tile: its tiles; with K split `p.splits` ways, the gate+up kernel's whole tiles
+/// `0 .. split_from` plus `splits` units a tile after (the tail split), the single
+/// projection's `splits` units a tile.
+#[inline(always)]
+pub fn gemm_bulk_units(dual: bool, p: &GemmParams) -> u32 {
+    let rows = if dual {
+        GEMM_WG_ROWS
+    } else {
+        GEMM_BULK_WIDE_ROWS
+    };
+    let tiles = p.n.div_ceil(rows) * p.tokens.div_ceil(GEMM_WG_TOKENS);
+    let splits = p.splits.max(1);
+    if splits == 1 {
+        tiles
+    } else if dual {
+        p.split_from + tiles.saturating_sub(p.split_from) * splits
+    } else {
+        tiles * splits
+    }
+}
+
+/// The grid of a prefill GEMM launch of `shape` (`dual`: gate+up) with parameters `p` on a
+/// GPU of `sm_count` SMs: `(min(units, sm_count), 1, 1)` for a persistent kernel (one block
+/// fills an SM), else `(row blocks, token blocks, splits)`. Host side only.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn gemm_grid(shape: &GemmShape, dual: bool, p: &GemmParams, sm_count: u32) -> (u32, u32, u32) {
+    if shape.persistent {
+        (gemm_bulk_units(dual, p).min(sm_count).max(1), 1, 1)
+    } else {
+        (
+            p.n.div_ceil(shape.rows),
+            p.tokens.div_ceil(shape.tokens),
+            p.splits.max(1),
+        )
+    }
 }
 
 /// The launch shape of prefill GEMM `kernel` (`dual`: gate+up); `None` for a name that is no
@@ -435,6 +497,8 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             tokens: GEMM_WG_TOKENS,
             threads: 256,
             smem: w8a8_smem_bytes(dual),
+            persistent: false,
+            x_map: false,
         });
     }
     if kernel.starts_with("bf16_gemm") {
@@ -447,6 +511,8 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             tokens: GEMM_WG_TOKENS,
             threads: GEMM_BULK_THREADS,
             smem: GEMM_BULK_SMEM_BYTES,
+            persistent: true,
+            x_map: true,
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES
@@ -457,6 +523,8 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
         tokens: GEMM_WG_TOKENS,
         threads: 256,
         smem: gemm_wg_smem_bytes(dual, cb, sb),
+        persistent: false,
+        x_map: false,
     })
 }
 

@@ -7,7 +7,7 @@
 //! [`GpuBackend::launch_graph`] replays the record in order, each replayed launch counted. As
 //! on CUDA: stream 0 cannot be captured, nor a stream twice, and events cannot be recorded on a
 //! stream being captured.
-use super::{cpu_kernels, DevicePtr, Event, GpuBackend, GraphHandle, Launch};
+use super::{cpu_kernels, DevicePtr, Event, GpuBackend, GraphHandle, Launch, TileMap, TileMapSpec};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -232,7 +232,7 @@ impl CpuBackend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(launch.kernel, launch.grid);
-        cpu_kernels::run(&mut self.lock(), launch)
+        cpu_kernels::run(&mut self.lock(), launch, self.sm_count)
     }
 
     fn run_copy(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
@@ -321,6 +321,9 @@ impl GpuBackend for CpuBackend {
     }
     fn resident_blocks(&self, _kernel: &str, _threads: u32, _smem: u32) -> u32 {
         self.resident
+    }
+    fn encode_tile_map(&self, spec: &TileMapSpec) -> Result<TileMap> {
+        cpu_kernels::encode_tile_map(spec)
     }
     fn launch(&self, launch: &Launch, stream: u64) -> Result<()> {
         if !self.has_kernel(launch.kernel) {

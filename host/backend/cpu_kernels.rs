@@ -2,16 +2,17 @@
 //! kernels of the same names are tested against. Grid, block and split-K fields of a launch
 //! only shape the GPU's schedule, so they are validated but do not change the result here.
 use super::cpu::Memory;
-use super::Launch;
+use super::{Launch, TileMap, TileMapSpec};
 use crate::error::{Error, Result};
 use denseffn_device::formats::e4m3;
 use denseffn_device::formats::nvfp4::{self, TILE_CODE_BYTES, TILE_K, TILE_ROWS, TILE_SCALE_BYTES};
 use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
-    gemm_shape, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams, GemvParams,
-    LoraShrinkParams, ParamBlock, Q8Params, GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS,
-    LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
+    gemm_grid, gemm_shape, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams,
+    GemvParams, LoraShrinkParams, ParamBlock, Q8Params, GEMM_WG_TOKENS, GEMV_ROWS_PER_BLOCK,
+    GEMV_SMEM_HEADER, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE,
+    PACK_SMEM_BYTES, PACK_THREADS,
 };
 use half::{bf16, f16};
 
@@ -108,7 +109,9 @@ impl Format {
     }
 }
 
-pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
+/// Runs launch `l` on the reference: `sm_count` is the backend's, for the launch checks of
+/// persistent kernels (`gemm_grid`).
+pub(crate) fn run(mem: &mut Memory, l: &Launch, sm_count: u32) -> Result<()> {
     match l.kernel {
         "quantize_q8_32" => super::cpu_mmq::quantize(mem, &params(l)?),
         "requant_nvfp4_q4k" => super::cpu_mmq::requant(mem, &params(l)?),
@@ -123,8 +126,8 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch) -> Result<()> {
         }
         k if k.contains("gemm") => {
             let p = params(l)?;
-            gemm_schedule(mem, l, &p)?;
-            gemm(mem, &p, format_of(k), k.starts_with("w8a8"))
+            let x = gemm_schedule(mem, l, &p, sm_count)?;
+            gemm(mem, &p, format_of(k), x)
         }
         "gelu_mul" => elementwise(mem, &params(l)?, gelu_tanh),
         "gelu_mul_pack" => act_pack(mem, l, &params(l)?, gelu_tanh),
@@ -516,10 +519,11 @@ fn gemv_tiled(
     y
 }
 
-/// What the GPU GEMM relies on from its launch: the grid over rows, tokens and K splits, and,
+/// What the GPU GEMM relies on from its launch: the grid over rows, tokens and K splits (a
+/// persistent kernel's: 1 ..= min(units, SMs) blocks, [`gemm_grid`]), and,
 /// when K is split, a single-projection launch without LoRA whose splits cover K with none
 /// empty, a workspace for every split's partial and counters that are zero.
-fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
+fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Result<XSource> {
     let dual = p.w1 != 0;
     let bad = |what: String| Err(Error::Invalid(format!("{}: {what}", l.kernel)));
     let Some(shape) = gemm_shape(l.kernel, dual) else {
@@ -528,9 +532,17 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
     let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
     let splits = p.splits.max(1);
     let block = (shape.threads, 1, 1);
-    if l.grid != (gx, gy, splits) || l.block != block || l.smem != shape.smem {
+    // A persistent kernel's grid may be capped below the SM count
+    // (`DenseFfnLayer::set_gemm_grid_cap`).
+    let grid = gemm_grid(&shape, dual, p, sm_count);
+    let grid_ok = if shape.persistent {
+        l.grid.0 >= 1 && l.grid.0 <= grid.0 && (l.grid.1, l.grid.2) == (1, 1)
+    } else {
+        l.grid == grid
+    };
+    if !grid_ok || l.block != block || l.smem != shape.smem {
         return bad(format!(
-            "grid {:?} / block {:?} / {} B shared, want ({gx}, {gy}, {splits}) / {block:?} / {} B",
+            "grid {:?} / block {:?} / {} B shared, want {grid:?} / {block:?} / {} B",
             l.grid, l.block, l.smem, shape.smem
         ));
     }
@@ -567,7 +579,69 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams) -> Result<()> {
             return bad("split-K counters not zero at launch".into());
         }
     }
-    Ok(())
+    Ok(if shape.x_map {
+        XSource::Map
+    } else if l.kernel.starts_with("w8a8") {
+        XSource::E4m3
+    } else {
+        XSource::Bf16
+    })
+}
+
+/// Where a prefill GEMM launch reads its activations.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum XSource {
+    /// bf16 `[tokens][k]` at `x`.
+    Bf16,
+    /// E4M3 codes at `x` with per-token scales (`w8a8_gemm*`).
+    E4m3,
+    /// bf16 through the TMA map `xmap` (`GemmShape::x_map`, the BF16 GEMMs).
+    Map,
+}
+
+/// The CPU reference's tensor map: this tag, then the spec's base, rows, cols, box rows and
+/// box columns.
+const CPU_MAP_TAG: u64 = u64::from_le_bytes(*b"cpu-tmap");
+
+/// [`TileMapSpec`] as the CPU backend's [`TileMap`].
+pub(crate) fn encode_tile_map(spec: &TileMapSpec) -> Result<TileMap> {
+    spec.check()?;
+    let mut m = TileMap::default();
+    m.0[..6].copy_from_slice(&[
+        CPU_MAP_TAG,
+        spec.base.0,
+        spec.rows as u64,
+        spec.cols as u64,
+        spec.box_rows as u64,
+        spec.box_cols as u64,
+    ]);
+    Ok(m)
+}
+
+/// The activations a launch reading them through `p.xmap` sees, `[t][k]`: the map's
+/// matrix where it has the element, zeros past it (as TMA fills a box), in boxes of
+/// [`GEMM_WG_TOKENS`] × 64 (the kernels' shared-memory layout; another box is an error, as a
+/// map the CPU backend did not make is).
+fn mapped_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Result<Vec<f64>> {
+    let w = &p.xmap.0;
+    if w[0] != CPU_MAP_TAG || w[4] != GEMM_WG_TOKENS as u64 || w[5] != TILE_K as u64 {
+        return Err(Error::Invalid(format!(
+            "gemm: activation map {:x?} is not a CPU map of {GEMM_WG_TOKENS} × {TILE_K} boxes",
+            &w[..6]
+        )));
+    }
+    let (rows, cols) = (w[2] as usize, w[3] as usize);
+    let m = bf16s(mem, w[1], rows * cols)?;
+    Ok((0..t * k)
+        .map(|i| {
+            let (tok, c) = (i / k, i % k);
+            if tok < rows && c < cols {
+                m[tok * cols + c]
+            } else {
+                0.0
+            }
+        })
+        .collect())
 }
 
 /// `quantize_e4m3_act`: per token the power-of-two scale of its largest magnitude
@@ -610,18 +684,18 @@ fn e4m3_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Result<
         .collect())
 }
 
-/// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out; `e4m3_x`: E4M3 activations with
-/// per-token scales, the `w8a8` kernels); with two projections `act(gate)·up`, rounded to bf16
-/// as the GPU epilogue does.
-fn gemm(mem: &mut Memory, p: &GemmParams, format: Format, e4m3_x: bool) -> Result<()> {
+/// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out; activations read as `x` says:
+/// E4M3 with per-token scales for the `w8a8` kernels, through the TMA map for the BF16 ones);
+/// with two projections `act(gate)·up`, rounded to bf16 as the GPU epilogue does.
+fn gemm(mem: &mut Memory, p: &GemmParams, format: Format, x: XSource) -> Result<()> {
     let (n, k, t) = (p.n as usize, p.k as usize, p.tokens as usize);
     if n == 0 || n % TILE_ROWS != 0 || k == 0 || k % TILE_K != 0 || t == 0 {
         return Err(Error::Invalid(format!("gemm: n={n} k={k} tokens={t}")));
     }
-    let x = if e4m3_x {
-        e4m3_activations(mem, p, t, k)?
-    } else {
-        bf16s(mem, p.x, t * k)?
+    let x = match x {
+        XSource::E4m3 => e4m3_activations(mem, p, t, k)?,
+        XSource::Map => mapped_activations(mem, p, t, k)?,
+        XSource::Bf16 => bf16s(mem, p.x, t * k)?,
     };
     let (cb, sb) = format.bytes(n, k);
     let proj = |mem: &Memory, w: u64, s: u64, g: f32| -> Result<Vec<f64>> {

@@ -5,7 +5,7 @@
 //! query the driver while a capture is open), then `cuStreamEndCapture` and
 //! `cuGraphInstantiateWithFlags`; the `CUgraph` is destroyed at once, the `CUgraphExec` is the
 //! [`GraphHandle`] until [`GpuBackend::destroy_graph`].
-use super::{DevicePtr, Event, GpuBackend, GraphHandle, Launch};
+use super::{DevicePtr, Event, GpuBackend, GraphHandle, Launch, TileMap, TileMapSpec};
 use crate::error::{Error, Result};
 use cudarc::driver::{result as cu, sys};
 use std::collections::HashMap;
@@ -13,12 +13,21 @@ use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// A kernel of the loaded module: its function handle and its one parameter's size in bytes
+/// (the driver copies that many bytes from the launch's parameter block).
+#[derive(Clone, Copy)]
+struct Kernel {
+    func: usize,
+    param_bytes: usize,
+}
+
 /// One CUDA device (its primary context) with the embedded module loaded.
 pub struct CudaBackend {
     ctx: sys::CUcontext,
     ordinal: i32,
     module: sys::CUmodule,
-    functions: Mutex<HashMap<String, Option<usize>>>,
+    /// Kernels by name: the function and its one parameter's declared size in bytes.
+    functions: Mutex<HashMap<String, Option<Kernel>>>,
     /// Occupancy answers by (function, threads, shared-memory bytes).
     resident: Mutex<HashMap<(usize, u32, u32), u32>>,
     name: String,
@@ -145,7 +154,7 @@ impl CudaBackend {
     }
 
     /// The function handle of `name` (as usize for Send), looked up once and cached.
-    fn function(&self, name: &str) -> Result<Option<usize>> {
+    fn function(&self, name: &str) -> Result<Option<Kernel>> {
         let mut f = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = f.get(name) {
             return Ok(*v);
@@ -165,7 +174,19 @@ impl CudaBackend {
                     )
                 }
                 .map_err(drv)?;
-                Some(func as usize)
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: func is a valid function; the out-pointers are live locals. A kernel
+                // without parameters answers an error: size 0.
+                let r = unsafe { sys::cuFuncGetParamInfo(func, 0, &mut offset, &mut size) };
+                let param_bytes = if r == sys::CUresult::CUDA_SUCCESS {
+                    size
+                } else {
+                    0
+                };
+                Some(Kernel {
+                    func: func as usize,
+                    param_bytes,
+                })
             }
             Err(_) => None,
         };
@@ -259,7 +280,7 @@ impl GpuBackend for CudaBackend {
     }
     fn resident_blocks(&self, kernel: &str, threads: u32, smem: u32) -> u32 {
         const FALLBACK: u32 = 4;
-        let Ok(Some(func)) = self.function(kernel) else {
+        let Ok(Some(Kernel { func, .. })) = self.function(kernel) else {
             return FALLBACK; // the launch itself reports the missing kernel
         };
         let key = (func, threads, smem);
@@ -281,6 +302,42 @@ impl GpuBackend for CudaBackend {
         .unwrap_or(FALLBACK);
         lock(&self.resident).insert(key, r);
         r
+    }
+    fn encode_tile_map(&self, spec: &TileMapSpec) -> Result<TileMap> {
+        use sys::{
+            CUtensorMapDataType as Ty, CUtensorMapFloatOOBfill as Fill,
+            CUtensorMapInterleave as Il, CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Sw,
+        };
+        spec.check()?;
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        let dims = [spec.cols as u64, spec.rows as u64];
+        let strides = [spec.cols as u64 * 2];
+        let boxes = [spec.box_cols, spec.box_rows];
+        let steps = [1u32, 1];
+        // SAFETY: the arrays have the rank's lengths (strides: rank − 1) and outlive the call;
+        // `map` is the driver's type; no device memory is touched.
+        let r = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                2,
+                spec.base.0 as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                steps.as_ptr(),
+                Il::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                Sw::CU_TENSOR_MAP_SWIZZLE_128B,
+                L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Driver(format!(
+                "cuTensorMapEncodeTiled({spec:?}): {r:?}"
+            )));
+        }
+        Ok(TileMap(map.opaque))
     }
     fn launch(&self, l: &Launch, stream: u64) -> Result<()> {
         self.launch_with(l, stream, false)
@@ -421,10 +478,18 @@ impl CudaBackend {
     /// attribute (`cuLaunchKernelEx`), falling back to an ordinary launch where the driver
     /// refuses it.
     fn launch_with(&self, l: &Launch, stream: u64, dependent: bool) -> Result<()> {
-        let func = self
+        let k = self
             .function(l.kernel)?
-            .ok_or_else(|| Error::MissingKernel(l.kernel.into()))?
-            as sys::CUfunction;
+            .ok_or_else(|| Error::MissingKernel(l.kernel.into()))?;
+        if l.params.len() != k.param_bytes {
+            return Err(Error::Invalid(format!(
+                "{}: a {}-byte parameter block for a kernel that declares {} bytes",
+                l.kernel,
+                l.params.len(),
+                k.param_bytes
+            )));
+        }
+        let func = k.func as sys::CUfunction;
         if l.smem > self.max_smem {
             return Err(Error::Invalid(format!(
                 "{}: {} bytes of shared memory, device allows {}",
@@ -432,14 +497,12 @@ impl CudaBackend {
             )));
         }
         self.current()?;
-        let mut size = l.params.len();
-        let mut extra = [
-            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
-            l.params.as_ptr() as *mut c_void,
-            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
-            &mut size as *mut usize as *mut c_void,
-            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
-        ];
+        // The kernel's one parameter (the block in l.params) by pointer, not as a raw
+        // parameter buffer: the driver copies it to the offset the kernel declares, which is
+        // not 0 where the block is aligned beyond the parameter space's base (the BF16 GEMMs'
+        // `.align 128` for their TMA map; a `CU_LAUNCH_PARAM_BUFFER_POINTER` buffer would land
+        // at offset 0 and the kernel would read past it).
+        let mut args = [l.params.as_ptr() as *mut c_void];
         let mut r = sys::CUresult::CUDA_ERROR_NOT_SUPPORTED;
         if dependent {
             // SAFETY: a zeroed attribute value is valid (a C union of plain data).
@@ -464,13 +527,13 @@ impl CudaBackend {
             };
             // SAFETY: as the ordinary launch below; `config` and `attr` outlive the call.
             r = unsafe {
-                sys::cuLaunchKernelEx(&config, func, std::ptr::null_mut(), extra.as_mut_ptr())
+                sys::cuLaunchKernelEx(&config, func, args.as_mut_ptr(), std::ptr::null_mut())
             };
         }
         if r != sys::CUresult::CUDA_SUCCESS {
             // SAFETY: func is a kernel of the loaded module whose single parameter is the block
-            // in l.params (built from the same struct the kernel declares); the buffer outlives
-            // the call.
+            // in l.params (built from the same struct the kernel declares, as long as its
+            // declaration); `args` and the block outlive the call.
             r = unsafe {
                 sys::cuLaunchKernel(
                     func,
@@ -482,8 +545,8 @@ impl CudaBackend {
                     l.block.2,
                     l.smem,
                     stream as sys::CUstream,
+                    args.as_mut_ptr(),
                     std::ptr::null_mut(),
-                    extra.as_mut_ptr(),
                 )
             };
         }

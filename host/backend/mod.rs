@@ -46,6 +46,46 @@ pub struct Launch<'a> {
     pub params: &'a [u8],
 }
 
+/// A bf16 matrix in device memory as a kernel's TMA copies read it ([`TileMap`]): `rows ×
+/// cols` elements, row-major (rows `2·cols` bytes apart; `cols` a multiple of 8, `base` 16-byte
+/// aligned), read in boxes of `box_rows × box_cols` (`box_cols`: 64, one 128-byte row of a
+/// box) that land in shared memory with the 128-byte swizzle (16-byte piece `j` of a box's row
+/// `r` at piece `j ^ (r % 8)`); elements past the matrix read as zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileMapSpec {
+    /// The matrix's first element.
+    pub base: DevicePtr,
+    /// Rows (the outer dimension: tokens).
+    pub rows: u32,
+    /// Columns (the inner dimension).
+    pub cols: u32,
+    /// Rows of a box (≤ 256).
+    pub box_rows: u32,
+    /// Columns of a box (64).
+    pub box_cols: u32,
+}
+
+impl TileMapSpec {
+    /// Checks what both backends' maps need: a 16-byte aligned, non-null `base`, at least one
+    /// row, `cols` a positive multiple of 8, boxes of 1..=256 rows × 64 columns.
+    pub fn check(&self) -> Result<()> {
+        let ok = self.base.0 != 0
+            && self.base.0 % 16 == 0
+            && self.rows >= 1
+            && self.cols >= 8
+            && self.cols % 8 == 0
+            && (1..=256).contains(&self.box_rows)
+            && self.box_cols == 64;
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Invalid(format!("tile map: unsupported {self:?}")))
+        }
+    }
+}
+
+pub use denseffn_device::params::TileMap;
+
 /// A recorded point in a stream's timeline, for GPU-event timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event(pub u64);
@@ -99,6 +139,10 @@ pub trait GpuBackend: Send + Sync {
         let _ = (kernel, threads, smem);
         4
     }
+    /// The tensor map of `spec` for a launch's parameter block: the driver's encoding
+    /// (`cuTensorMapEncodeTiled`) on CUDA, the CPU reference's own description of `spec` on the
+    /// CPU backend (whose kernels read through it). A host call: nothing is enqueued.
+    fn encode_tile_map(&self, spec: &TileMapSpec) -> Result<TileMap>;
     /// Enqueues a launch on `stream`.
     fn launch(&self, launch: &Launch, stream: u64) -> Result<()>;
     /// Enqueues a launch on `stream` that may start before the kernel launched just before it on

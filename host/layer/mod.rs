@@ -223,6 +223,8 @@ pub struct DenseFfnLayer {
     overlays: overlay::Overlays,
     lora: Option<lora::LoraDevice>,
     prefill_config: PrefillConfig,
+    /// At most this many blocks in a persistent prefill GEMM's grid (`None`: one per SM).
+    gemm_grid_cap: Option<std::num::NonZeroU32>,
     /// The NVFP4 layer's Q4_K MMQ copies (from `finalize_q4k_load`).
     mmq: Option<MmqCopies>,
     /// The NVFP4 layer's W4A4 copies of gate and up (from `finalize_nvfp4_mmq_load`).
@@ -261,6 +263,7 @@ impl DenseFfnLayer {
             overlays: Default::default(),
             lora: None,
             prefill_config: PrefillConfig::from_env(),
+            gemm_grid_cap: None,
             mmq: None,
             nvfp4_mmq: None,
         })

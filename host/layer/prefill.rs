@@ -39,10 +39,10 @@
 use super::lora::LoraSlot;
 use super::plan::{gemm_splits, gemm_tail_split};
 use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
-use crate::backend::{DevicePtr, Launch};
+use crate::backend::{DevicePtr, Launch, TileMapSpec};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{gemm_shape, source, GemmParams, ParamBlock};
+use denseffn_device::params::{gemm_grid, gemm_shape, source, GemmParams, ParamBlock};
 
 /// The log target of the prefill timers.
 pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
@@ -345,9 +345,18 @@ impl DenseFfnLayer {
                 }
             }
         }
+        if shape.x_map {
+            p.xmap = self.gpu().encode_tile_map(&TileMapSpec {
+                base: DevicePtr(p.x),
+                rows: p.tokens,
+                cols: p.k,
+                box_rows: shape.tokens,
+                box_cols: TILE_K as u32,
+            })?;
+        }
         let launch = Launch {
             kernel,
-            grid: (gx, gy, p.splits.max(1)),
+            grid: gemm_grid(&shape, dual, &p, self.gemm_grid_blocks()),
             block: (shape.threads, 1, 1),
             smem: shape.smem,
             params: p.as_bytes(),
@@ -357,6 +366,21 @@ impl DenseFfnLayer {
         } else {
             self.gpu().launch(&launch, stream)
         }
+    }
+
+    /// Caps the grid of the persistent prefill GEMMs (the BF16 arm's, `bf16_gemm*`) at `blocks`
+    /// blocks (`None`, the default: one per SM). Each block runs its share of the launch's
+    /// tiles in turn, so the result is the same bits for any cap; a cap leaves SMs to work on
+    /// other streams (and lets a test run many tiles through one block). The split-K plans
+    /// still assume the whole GPU.
+    pub fn set_gemm_grid_cap(&mut self, blocks: Option<std::num::NonZeroU32>) {
+        self.gemm_grid_cap = blocks;
+    }
+
+    /// Blocks of a persistent GEMM's grid at most: the SM count, or the cap below it.
+    fn gemm_grid_blocks(&self) -> u32 {
+        let sms = self.gpu().sm_count();
+        self.gemm_grid_cap.map_or(sms, |c| c.get().min(sms))
     }
 
     /// The tail split of gate+up GEMM `kernel` over `tiles` tiles ([`gemm_tail_split`]):

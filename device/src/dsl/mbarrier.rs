@@ -96,3 +96,53 @@ pub unsafe fn bulk_copy(dst: super::Smem, src: *const u8, bytes: u32, b: super::
         d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) b.0, options(nostack)
     );
 }
+
+/// `cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes`: one box of
+/// the tensor map at generic address `map` (its inner coordinate `c0`, outer `c1`, in elements)
+/// to shared `dst` on the async proxy, laid out (and swizzled) as the map says; elements past
+/// the tensor land as zeros. The box's bytes (all of them, zeros included) complete on the
+/// barrier at `b`. One thread issues it.
+///
+/// # Safety
+/// `map` must be a valid tensor map in parameter, constant or global memory; `dst` must hold
+/// the box, aligned as the map's swizzle needs (1024 bytes for 128-byte swizzle); `b` must
+/// expect the bytes ([`mbar_arrive_expect_tx`]).
+#[inline(always)]
+pub unsafe fn tma_load_2d(dst: super::Smem, map: u64, (c0, c1): (u32, u32), b: super::Smem) {
+    asm!(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}}}], [{b}];",
+        d = in(reg32) dst.0, m = in(reg64) map, x = in(reg32) c0, y = in(reg32) c1, b = in(reg32) b.0,
+        options(nostack)
+    );
+}
+
+/// `prefetch.tensormap`: brings the tensor map at generic address `map` into the cache the
+/// TMA unit reads it from, ahead of the first [`tma_load_2d`].
+///
+/// # Safety
+/// `map` must be a valid tensor map's address.
+#[inline(always)]
+pub unsafe fn prefetch_tensormap(map: u64) {
+    asm!("prefetch.tensormap [{m}];", m = in(reg64) map, options(nostack));
+}
+
+/// The generic address of kernel `$kernel`'s by-value parameter block (`<kernel>_param_0`, the
+/// name LLVM's NVPTX back end gives a kernel's first parameter) plus `$offset` bytes:
+/// `mov` of the parameter's address and `cvta.param` (PTX 7.7+, sm_70+), so a tensor map in the
+/// block can be read in place, as `__grid_constant__` parameters are in CUDA C++. Use it only
+/// in the entry point named `$kernel` (ptxas rejects an unknown name).
+#[macro_export]
+macro_rules! param_block_address {
+    ($kernel:literal, $offset:expr) => {{
+        let a: u64;
+        // SAFETY: reads no memory; the name is the entry point's own parameter.
+        unsafe {
+            core::arch::asm!(
+                concat!("mov.u64 {a}, ", $kernel, "_param_0;\ncvta.param.u64 {a}, {a};"),
+                a = out(reg64) a,
+                options(pure, nomem, nostack)
+            )
+        };
+        a + $offset as u64
+    }};
+}

@@ -27,6 +27,15 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `bar.sync id, threads`: a barrier among the first warps of the block that reach it,
+/// `threads` of them (a multiple of 32); shared-memory writes before it are visible to those
+/// threads after it. Barrier 0 is `sync_threads`'.
+#[inline(always)]
+pub fn named_barrier(id: u32, threads: u32) {
+    // SAFETY: a barrier; callers pass the same id and count from whole warps.
+    unsafe { asm!("bar.sync {i}, {n};", i = in(reg32) id, n = in(reg32) threads, options(nostack)) }
+}
+
 /// Split-K completion, block-wide (every thread calls it, after writing its partials): counts
 /// this block in `*counter` and returns, in every thread, whether it is the last of `total`
 /// blocks to arrive. That block has reset the counter to zero (for the next launch) and, after
@@ -36,8 +45,23 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
 /// `counter` must be a valid global u32 that only the `total` blocks of this group count in.
 #[inline(always)]
 pub unsafe fn last_block_to_finish(counter: *mut u32, total: u32, flag: super::Smem) -> bool {
+    last_to_finish(counter, total, flag, sync_threads)
+}
+
+/// [`last_block_to_finish`] among the threads that `sync` synchronizes (thread 0 among them),
+/// e.g. a persistent kernel's consumer warps, by a [`named_barrier`].
+///
+/// # Safety
+/// As [`last_block_to_finish`]; `flag` must be used only by the threads `sync` spans.
+#[inline(always)]
+pub unsafe fn last_to_finish(
+    counter: *mut u32,
+    total: u32,
+    flag: super::Smem,
+    sync: impl Fn(),
+) -> bool {
     fence_device();
-    sync_threads();
+    sync();
     if super::thread_x() == 0 {
         let last = atomic_add_u32(counter, 1) == total - 1;
         if last {
@@ -45,7 +69,7 @@ pub unsafe fn last_block_to_finish(counter: *mut u32, total: u32, flag: super::S
         }
         flag.st_u32(last as u32);
     }
-    sync_threads();
+    sync();
     let last = flag.ld_u32() != 0;
     if last {
         fence_device();

@@ -15,26 +15,40 @@
 //!   that was there), announces the weight bytes on its *full* barrier and fills it: each of
 //!   the block's 16 row tiles (2 KiB of bf16 in `wgmma`'s canonical layout, the
 //!   overlay's tile as it is in global memory) by one bulk copy (`cp.async.bulk`, one thread
-//!   each), the activations (tokens × 128 bytes, K-major, 128-byte swizzle) by `cp.async`, 8
-//!   pieces a thread, whose completion each thread signals on the same barrier (one warp
-//!   issuing all 1024 pieces, with their address arithmetic, was 45–52% slower than the
-//!   block-barrier GEMM before it on an H100: `docs/perf/2026-12-06-bf16-bulk.md`);
+//!   each), the activations (the tile's 128 tokens × 128 bytes, K-major, 128-byte swizzle) by
+//!   one TMA copy (`cp.async.bulk.tensor`) through the tensor map `GemmParams::xmap`, which
+//!   the kernel reads in place in its parameter block (tokens past the last land as zeros);
+//!   everything lands through the async proxy and completes on the stage's one barrier (the
+//!   form before, 1024 `cp.async` pieces a chunk from the producer's 128 threads, each
+//!   signalling its own completion, then a proxy fence in every consumer warp, was
+//!   `docs/perf/2026-12-06-bf16-bulk.md`'s);
 //! - a consumer warpgroup waits for the full barrier, issues its 4 × `wgmma.m64n256k16`, and
 //!   releases the stage of the chunk before once that chunk's products are done
 //!   (`wgmma.wait_group 1`: one chunk's products stay in flight).
 //!
-//! The grid is walked in groups of [`GEMM_WG_GROUP`] row blocks (`super::tile_of_block`). The
+//! The kernels are persistent: the grid is one block per SM (`params::gemm_grid`), and block
+//! `b` runs the launch's units of work `b, b + gridDim.x, …` ([`gemm_bulk_units`]: output
+//! tiles, or the K splits of a tile) one after another, the tiles walked in groups of
+//! [`GEMM_WG_GROUP`] row blocks (`super::tile_of`). The ring's chunk count runs on across
+//! units, so the producer fills the stages with the next unit's first chunks while the
+//! consumers store the last unit's outputs, and no block pays a launch, a barrier set-up and
+//! an empty pipeline per tile. The
 //! dual kernel (gate+up) applies the activation in its epilogue and writes `act(gate)·up` as
 //! bf16, the down GEMM's input, as the other formats' GEMMs do; a thread holds two adjacent
-//! rows of a token, so every store is a bf16 pair ([`store_block`]).
-use super::wgemm::{act_mul, reduce_splits, sum_splits};
+//! rows of a token, so every store is a bf16 pair ([`store_block`]). A split unit stores f32
+//! partials; the last of a tile's splits to finish (counted among the consumer warps, the
+//! producer being on in the next unit) sums them in split order.
+use super::wgemm::{act_mul, sum_splits, write_split_sums};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    gemm_wg_stage_bytes, GemmParams, GEMM_BULK_STAGES, GEMM_BULK_THREADS, GEMM_BULK_WIDE_ROWS,
-    GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
+    gemm_bulk_units, gemm_wg_stage_bytes, GemmParams, GEMM_BULK_BARRIER_BYTES, GEMM_BULK_STAGES,
+    GEMM_BULK_WIDE_ROWS, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
 };
+
+// The full and empty barriers (8 bytes a stage, 64 bytes apart) leave the flag slot free.
+const _: () = assert!(GEMM_BULK_STAGES <= 7 && GEMM_BULK_BARRIER_BYTES == 128);
 
 /// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
 const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
@@ -42,6 +56,8 @@ const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
 const TILE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
 /// Row tiles per slice (a projection of the gate+up kernel, a half of the wide block).
 const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
+/// Where `GemmParams::xmap` lies in the parameter block.
+const XMAP: usize = core::mem::offset_of!(GemmParams, xmap);
 /// Consumer warps (two warpgroups); the producer warpgroup follows them.
 const CONSUMER_WARPS: u32 = 8;
 
@@ -81,6 +97,12 @@ impl Ring {
         self.full(i).add(64)
     }
 
+    /// A 4-byte slot after the barriers, for the split-K completion flag (consumers only).
+    #[inline(always)]
+    fn flag(&self) -> Smem {
+        self.full(0).add(GEMM_BULK_BARRIER_BYTES - 8)
+    }
+
     /// The parity of chunk `i`'s phase of its stage's barriers.
     #[inline(always)]
     fn parity(&self, i: u32) -> u32 {
@@ -88,20 +110,22 @@ impl Ring {
     }
 }
 
-/// Producer threads: one warpgroup after the consumers'.
-const PRODUCERS: u32 = GEMM_BULK_THREADS - 32 * CONSUMER_WARPS;
-/// Arrivals a full barrier expects a phase: the weight bytes' announcement and every producer
-/// thread's `cp.async` completion.
-const FULL_ARRIVALS: u32 = 1 + PRODUCERS;
+/// Arrivals a full barrier expects a phase: the producer's announcement of the stage's bytes
+/// (weights and activations, all by bulk copy).
+const FULL_ARRIVALS: u32 = 1;
 
-/// The producer warpgroup: fills the stages with chunks `c_begin ..` (`chunks` of them), each
-/// once the consumers have released the chunk `stages` before it.
+/// The producer warpgroup, one unit: fills the stages with chunks `c_begin ..` (`chunks` of
+/// them) of tile `tile`, the block's ring chunks `i0 ..`, each once the consumers have released
+/// the ring chunk `stages` before it. `xmap`: the generic address of the activations' tensor
+/// map (`GemmParams::xmap`).
 #[inline(always)]
 unsafe fn produce<const DUAL: bool>(
     p: &GemmParams,
     ring: &Ring,
+    xmap: u64,
     tile: (u32, u32),
     (c_begin, chunks): (u32, u32),
+    i0: u32,
 ) {
     let pt = thread_x() - 32 * CONSUMER_WARPS;
     let k_tiles = p.k / TILE_K as u32;
@@ -111,27 +135,24 @@ unsafe fn produce<const DUAL: bool>(
     // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
     // product row reads only its own row of A.
     let valid = |s: u32| row_tiles.saturating_sub(first(s)).min(ROW_TILES);
-    let bytes = (valid(0) + valid(1)) * TILE_BYTES;
+    // The activations' box is always whole (tokens past the last read as zeros).
+    let bytes = (valid(0) + valid(1)) * TILE_BYTES + X_BYTES;
     // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`.
     let (sl, rt) = (pt / ROW_TILES, pt % ROW_TILES);
     let copies = sl < 2 && rt < valid(sl);
     let w = (if DUAL && sl == 1 { p.w1 } else { p.w0 }) as *const u8;
     let rt0 = first(sl);
-    // Activations: thread `pt` copies 16-byte piece `kg` of tokens `t0 + 16q` (q < 8), stored
-    // at row `t`, chunk `kg ^ (t % 8)` (the same for every q); zeros past the last token.
-    let (t0, kg) = (pt / 8, pt % 8);
-    let tok0 = tile.1 * GEMM_WG_TOKENS + t0;
-    let dst0 = t0 * 128 + (kg ^ (t0 % 8)) * 16;
-    let row = p.k as usize * 2;
-    let x0 = (p.x as *const u8).add(kg as usize * 16);
-    let whole = tile.1 * GEMM_WG_TOKENS + GEMM_WG_TOKENS <= p.tokens;
-    for i in 0..chunks {
+    for j in 0..chunks {
+        let i = i0 + j;
         if i >= ring.stages {
             mbar_wait(ring.empty(i), ring.parity(i) ^ 1);
         }
-        let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + i);
+        let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + j);
         if pt == 0 {
             mbar_arrive_expect_tx(full, bytes);
+            // The tile's tokens × this chunk's 64 columns: rows of 128 bytes, 16-byte pieces
+            // swizzled by the row's index mod 8, the layout `desc_k128b` describes.
+            tma_load_2d(st, xmap, (c * TILE_K as u32, tile.1 * GEMM_WG_TOKENS), full);
         }
         if copies {
             let src = w.add((((rt0 + rt) * k_tiles + c) * TILE_BYTES) as usize);
@@ -142,60 +163,47 @@ unsafe fn produce<const DUAL: bool>(
                 full,
             );
         }
-        let x = x0.add(c as usize * TILE_K * 2);
-        if whole {
-            let mut src = x.add(tok0 as usize * row);
-            unroll8!(Q => {
-                cp_async_16(st.add(dst0 + 2048 * Q as u32), src, 16);
-                src = src.add(16 * row);
-            });
-        } else {
-            for q in 0..GEMM_WG_TOKENS / 16 {
-                let tok = tok0 + 16 * q;
-                let ok = tok < p.tokens;
-                let src = x.add(if ok { tok as usize * row } else { 0 });
-                cp_async_16(st.add(dst0 + 2048 * q), src, if ok { 16 } else { 0 });
-            }
-        }
-        cp_async_mbar_arrive(full);
     }
 }
 
-/// A consumer warp: per chunk, waits for its stage, issues its warpgroup's products and
-/// releases the previous chunk's stage once those products are done. Warpgroup `w` multiplies
-/// its 64 tokens (`64w ..`, the A operand) with the block's 256 weight rows (B), one
+/// A consumer warp, one unit: per chunk (the block's ring chunks `i0 ..`, `chunks` of them),
+/// waits for its stage, issues its warpgroup's products and releases the previous chunk's stage
+/// once those products are done; the last chunk's once all are. Warpgroup `w` multiplies its
+/// 64 tokens (`64w ..`, the A operand) with the block's 256 weight rows (B), one
 /// `wgmma.m64n256k16` a 16-column step: `acc[4f + i]` is token `16·(warp % 4) + g + 8·(i / 2)`
 /// of the warpgroup's, row `8f + 2t + i % 2` of the block's.
 #[inline(always)]
-unsafe fn consume(ring: &Ring, chunks: u32, acc: &mut [f32; 128]) {
+unsafe fn consume(ring: &Ring, i0: u32, chunks: u32, acc: &mut [f32; 128]) {
     let wg = warp_id() / 4;
-    for i in 0..chunks {
+    for j in 0..chunks {
+        let i = i0 + j;
+        // Both operands came by bulk copy, through the async proxy `wgmma` reads from.
         mbar_wait(ring.full(i), ring.parity(i));
-        // The activations came through the generic proxy (`cp.async`); `wgmma` reads through
-        // the async one.
-        fence_proxy_async();
         let st = ring.stage(i);
         // The warpgroup's tokens: 64 rows of 128 bytes. The block's 16 weight tiles lie back to
         // back: eight-row groups 1024 bytes apart, core matrices along K 128 bytes apart, step
-        // j 256 bytes in.
+        // k 256 bytes in.
         let x = st.add(wg * 64 * 128);
         let w = st.add(X_BYTES);
         wgmma_fence();
-        unroll4!(J, 0 => {
-            let j = J as u32;
+        unroll4!(K, 0 => {
+            let k = K as u32;
             wgmma_m64n256k16_bf16_ss(
                 acc,
-                desc_k128b(x.add(32 * j)),
-                desc_k_plain(w.add(256 * j), 128, 1024),
+                desc_k128b(x.add(32 * k)),
+                desc_k_plain(w.add(256 * k), 128, 1024),
             );
         });
         wgmma_commit();
         wgmma_wait::<1>();
-        if i >= 1 && lane() == 0 {
+        if j >= 1 && lane() == 0 {
             mbar_arrive(ring.empty(i - 1));
         }
     }
     wgmma_wait::<0>();
+    if chunks > 0 && lane() == 0 {
+        mbar_arrive(ring.empty(i0 + chunks - 1));
+    }
 }
 
 /// Where a consumer thread's outputs go: its token `j` (0, 1: `g`, `g + 8`) in the block's
@@ -214,14 +222,14 @@ fn out_row(f: u32) -> u32 {
 /// Writes a consumer thread's outputs of block tile `tile` (`tile.0` counts
 /// [`GEMM_BULK_WIDE_ROWS`]-row blocks of the single projection, [`GEMM_WG_ROWS`]-row blocks of
 /// gate+up): bf16 `act(gate·s.0)·(up·s.1)` (gate rows 0..128 of `acc`, up rows 128..256), or the
-/// single projection's 256 rows times `s.0`, to `p.out` (`[tokens][n]`); with K split, f32 to
-/// this split's slice of `p.ws` (`[split][tokens][n]`). Rows and tokens past the ends are not
-/// written.
+/// single projection's 256 rows times `s.0`, to `p.out` (`[tokens][n]`); with K split
+/// (`split = Some(z)`), f32 to split `z`'s slice of `p.ws` (`[split][tokens][n]`). Rows and
+/// tokens past the ends are not written.
 #[inline(always)]
 unsafe fn store_block<const DUAL: bool>(
     p: &GemmParams,
     tile: (u32, u32),
-    split: bool,
+    split: Option<u32>,
     acc: &[f32; 128],
     (s0, s1): (f32, f32),
 ) {
@@ -245,8 +253,8 @@ unsafe fn store_block<const DUAL: bool>(
                         [a * s0, b * s0]
                     };
                     if row < p.n {
-                        if split {
-                            let at = (block_z() * p.tokens + tok) * p.n + row;
+                        if let Some(z) = split {
+                            let at = (z * p.tokens + tok) * p.n + row;
                             st_global_v2(
                                 (p.ws as *mut f32).add(at as usize) as *mut u8,
                                 [y[0].to_bits(), y[1].to_bits()],
@@ -262,26 +270,67 @@ unsafe fn store_block<const DUAL: bool>(
     });
 }
 
+/// One unit of a launch's work: an output tile (`lin` in the launch's tile order, `tile` its
+/// `(row block, token block)`) and the chunks of K it covers; `split`: which of the tile's K
+/// splits, when K is split.
+#[derive(Clone, Copy)]
+struct Unit {
+    lin: u32,
+    tile: (u32, u32),
+    split: Option<u32>,
+    chunks: (u32, u32),
+}
+
+/// Unit `u` of a launch ([`gemm_bulk_units`] of them): without a split, tile `u`; the gate+up
+/// kernel's tail split runs tiles `0 .. split_from` whole, then `splits` units a tile (its
+/// splits in order); the single projection's split, split `u / tiles` of tile `u % tiles`.
 #[inline(always)]
-unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
-    let ring = Ring::new();
-    let k_tiles = p.k / TILE_K as u32;
-    // K is split over `blockIdx.z` for every tile of the single projection, for the gate+up
-    // kernel's tiles from `split_from` on (the grid's last, partial wave); a whole tile runs in
-    // its block of z = 0.
-    let lin = block_y() * grid_x() + block_x();
-    let split = SPLIT && p.splits > 1 && lin >= p.split_from;
-    if SPLIT && !split && block_z() > 0 {
-        return;
-    }
-    let (c_begin, c_end) = if split {
-        let c0 = block_z() * p.chunks_per_split;
-        (c0, (c0 + p.chunks_per_split).min(k_tiles))
+fn unit<const DUAL: bool, const SPLIT: bool>(p: &GemmParams, u: u32) -> Unit {
+    let rows = if DUAL {
+        GEMM_WG_ROWS
     } else {
-        (0, k_tiles)
+        GEMM_BULK_WIDE_ROWS
     };
-    let chunks = c_end - c_begin;
-    let tile = super::tile_of_block(GEMM_WG_GROUP);
+    let grid = (p.n.div_ceil(rows), p.tokens.div_ceil(GEMM_WG_TOKENS));
+    let tiles = grid.0 * grid.1;
+    let splits = p.splits.max(1);
+    let (lin, split) = if !SPLIT || splits == 1 {
+        (u, None)
+    } else if DUAL {
+        if u < p.split_from {
+            (u, None)
+        } else {
+            let j = u - p.split_from;
+            (p.split_from + j / splits, Some(j % splits))
+        }
+    } else {
+        (u % tiles, Some(u / tiles))
+    };
+    let k_tiles = p.k / TILE_K as u32;
+    let chunks = match split {
+        Some(z) => {
+            let c0 = z * p.chunks_per_split;
+            (c0, (c0 + p.chunks_per_split).min(k_tiles) - c0)
+        }
+        None => (0, k_tiles),
+    };
+    Unit {
+        lin,
+        tile: super::tile_of(lin, GEMM_WG_GROUP, grid),
+        split,
+        chunks,
+    }
+}
+
+/// The persistent driver: block `b` runs units `b, b + gridDim.x, …` (`gemm_bulk_units`), its
+/// producer warpgroup running ahead into the next unit's chunks while the consumers store
+/// the last one's outputs; the ring's chunk count runs on across units.
+#[inline(always)]
+unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams, xmap: u64) {
+    let ring = Ring::new();
+    if thread_x() == 32 * CONSUMER_WARPS {
+        prefetch_tensormap(xmap);
+    }
     if thread_x() == 0 {
         for s in 0..ring.stages {
             mbar_init(ring.full(s), FULL_ARRIVALS);
@@ -290,34 +339,70 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams) {
         fence_mbarrier_init();
     }
     sync_threads();
-    if warp_id() >= CONSUMER_WARPS {
-        produce::<DUAL>(p, &ring, tile, (c_begin, chunks));
-    } else {
-        let mut acc = [0.0f32; 128];
-        consume(&ring, chunks, &mut acc);
-        let s = (p.gscale0, p.gscale1);
-        if DUAL && split {
-            store_gate_up_partials(p, lin - p.split_from, &acc, s);
+    let units = gemm_bulk_units(DUAL, p);
+    let producer = warp_id() >= CONSUMER_WARPS;
+    let mut i0 = 0;
+    let mut u = block_x();
+    while u < units {
+        let w = unit::<DUAL, SPLIT>(p, u);
+        if producer {
+            produce::<DUAL>(p, &ring, xmap, w.tile, w.chunks, i0);
         } else {
-            store_block::<DUAL>(p, tile, split, &acc, s);
+            let mut acc = [0.0f32; 128];
+            consume(&ring, i0, w.chunks.1, &mut acc);
+            store_unit::<DUAL>(p, &ring, w, &acc);
         }
+        i0 += w.chunks.1;
+        u += grid_x();
     }
-    // Every thread counts in the barrier of the split-K completion (the producer too).
-    if DUAL && split {
-        reduce_gate_up(p, tile, lin - p.split_from);
-    } else if split {
-        reduce_splits(p, tile, GEMM_BULK_WIDE_ROWS, GEMM_WG_TOKENS);
+}
+
+/// The consumers' epilogue of unit `w`: its outputs (bf16), or with K split its partials and,
+/// in the tile's last block to finish, the sum of all its partials.
+#[inline(always)]
+unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc: &[f32; 128]) {
+    let s = (p.gscale0, p.gscale1);
+    let Some(z) = w.split else {
+        store_block::<DUAL>(p, w.tile, None, acc, s);
+        return;
+    };
+    // The consumer warps only: the producer is on in the next unit.
+    let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
+    if DUAL {
+        let t = w.lin - p.split_from;
+        store_gate_up_partials(p, (t, z), acc, s);
+        let counter = (p.counters as *mut u32).add(t as usize);
+        if last_to_finish(counter, p.splits, ring.flag(), sync) {
+            reduce_gate_up(p, w.tile, t);
+        }
+    } else {
+        store_block::<DUAL>(p, w.tile, Some(z), acc, s);
+        let counter = (p.counters as *mut u32).add(w.lin as usize);
+        if last_to_finish(counter, p.splits, ring.flag(), sync) {
+            write_split_sums(
+                p,
+                w.tile,
+                GEMM_BULK_WIDE_ROWS,
+                GEMM_WG_TOKENS,
+                32 * CONSUMER_WARPS,
+            );
+        }
     }
 }
 
 /// f32 of one projection's partial of one gate+up tile in the workspace.
 const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
 
-/// The gate+up kernel's split tile `t` (counted from `split_from`): this thread's scaled f32
-/// partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
+/// Split `z` of the gate+up kernel's split tile `t` (counted from `split_from`): this thread's
+/// scaled f32 partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
 #[inline(always)]
-unsafe fn store_gate_up_partials(p: &GemmParams, t: u32, acc: &[f32; 128], (s0, s1): (f32, f32)) {
-    let at = (t * p.splits + block_z()) * 2 * TILE_ELEMS;
+unsafe fn store_gate_up_partials(
+    p: &GemmParams,
+    (t, z): (u32, u32),
+    acc: &[f32; 128],
+    (s0, s1): (f32, f32),
+) {
+    let at = (t * p.splits + z) * 2 * TILE_ELEMS;
     let ws = (p.ws as *mut f32).add(at as usize);
     unroll2!(J => {
         let tok = out_token(J as u32);
@@ -330,15 +415,10 @@ unsafe fn store_gate_up_partials(p: &GemmParams, t: u32, acc: &[f32; 128], (s0, 
     });
 }
 
-/// The last block of the gate+up kernel's split tile `t` (output tile `tile`) to finish sums
-/// gate's and up's partials in split order and writes bf16 `act(g)·u` (the others return).
-/// The tile's counter is back at zero after.
+/// The gate+up kernel's split tile `t` (output tile `tile`), in its last block to finish (the
+/// consumer warps): gate's and up's partials summed in split order, bf16 `act(g)·u` out.
 #[inline(always)]
 unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
-    let counter = (p.counters as *mut u32).add(t as usize);
-    if !last_block_to_finish(counter, p.splits, Smem::base()) {
-        return;
-    }
     let ws = (p.ws as *const f32).add((t * p.splits * 2 * TILE_ELEMS) as usize);
     let quads = GEMM_WG_ROWS / 4;
     let mut i = thread_x();
@@ -357,38 +437,44 @@ unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
             let out = (p.out as *mut u8).add(((tok * p.n + row) * 2) as usize);
             st_global_v2(out, [pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])]);
         }
-        i += block_dim_x();
+        i += 32 * CONSUMER_WARPS;
     }
 }
 
 /// Prefill gate+up over the BF16 overlay with the activation fused: bf16 `act(g)·u` out.
-/// Block: [`GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens;
+/// Block: [`crate::params::GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens;
 /// shared memory [`crate::params::GEMM_BULK_SMEM_BYTES`].
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
-    bulk_gemm::<true, false>(&p)
+    bulk_gemm::<true, false>(
+        &p,
+        crate::param_block_address!("bf16_gemm_gate_up_act", XMAP),
+    )
 }
 
-/// `bf16_gemm_gate_up_act` with K split over `blockIdx.z` (`GemmParams::splits`) for the tiles
-/// from `GemmParams::split_from` on: the grid's last wave, which would leave SMs idle, runs
-/// `splits` times as many blocks, each over part of K; the last block of such a tile sums
-/// the f32 partials of gate and up and applies the activation.
+/// `bf16_gemm_gate_up_act` with K split `GemmParams::splits` ways for the tiles from
+/// `GemmParams::split_from` on: the last wave of tiles, which would leave SMs idle, runs as
+/// `splits` times as many units, each over part of K; the last block to finish such a tile
+/// sums the f32 partials of gate and up and applies the activation.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
-    bulk_gemm::<true, true>(&p)
+    bulk_gemm::<true, true>(
+        &p,
+        crate::param_block_address!("bf16_gemm_gate_up_act_splitk", XMAP),
+    )
 }
 
-/// Prefill single projection over the BF16 overlay: bf16 out. Block: [`GEMM_BULK_THREADS`]
+/// Prefill single projection over the BF16 overlay: bf16 out. Block: [`crate::params::GEMM_BULK_THREADS`]
 /// threads, [`GEMM_BULK_WIDE_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens; shared memory as the
 /// gate+up kernel's.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm(p: GemmParams) {
-    bulk_gemm::<false, false>(&p)
+    bulk_gemm::<false, false>(&p, crate::param_block_address!("bf16_gemm", XMAP))
 }
 
-/// `bf16_gemm` with K split over `blockIdx.z` (`GemmParams::splits`): f32 partials in
-/// `GemmParams::ws`, summed by the last block of each tile.
+/// `bf16_gemm` with K split `GemmParams::splits` ways (a unit a split of a tile): f32
+/// partials in `GemmParams::ws`, summed by the last block to finish each tile.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk(p: GemmParams) {
-    bulk_gemm::<false, true>(&p)
+    bulk_gemm::<false, true>(&p, crate::param_block_address!("bf16_gemm_splitk", XMAP))
 }

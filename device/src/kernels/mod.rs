@@ -88,8 +88,13 @@ pub mod wgemm;
 #[inline(always)]
 pub(crate) fn tile_of_block(group: u32) -> (u32, u32) {
     use crate::dsl::{block_x, block_y, grid_x, grid_y};
-    let (gx, gy) = (grid_x(), grid_y());
-    let lin = block_y() * gx + block_x();
+    let lin = block_y() * grid_x() + block_x();
+    tile_of(lin, group, (grid_x(), grid_y()))
+}
+
+/// Tile `lin` (0 .. `gx·gy`) of a `gx` × `gy` grid of tiles in [`tile_of_block`]'s order.
+#[inline(always)]
+pub(crate) fn tile_of(lin: u32, group: u32, (gx, gy): (u32, u32)) -> (u32, u32) {
     let per_group = group * gy;
     let first = lin / per_group * group;
     let rows = core::cmp::min(group, gx - first);

@@ -353,6 +353,20 @@ pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, to
     if !last_block_to_finish(counter, p.splits, Smem::base()) {
         return;
     }
+    write_split_sums(p, at, rows, tokens, block_dim_x());
+}
+
+/// Output tile `at` (`rows` × `tokens`) of a single-projection split-K GEMM, by the threads
+/// `thread_x() < step` of its last block to finish: the sum of its splits' f32 partials
+/// (`[split][tokens][n]` in `p.ws`) in split order, bf16 to `p.out`.
+#[inline(always)]
+pub(super) unsafe fn write_split_sums(
+    p: &GemmParams,
+    at: (u32, u32),
+    rows: u32,
+    tokens: u32,
+    step: u32,
+) {
     let (row0, tok0, quads) = (at.0 * rows, at.1 * tokens, rows / 4);
     let mut i = thread_x();
     while i < quads * tokens {
@@ -369,7 +383,7 @@ pub(super) unsafe fn reduce_splits(p: &GemmParams, at: (u32, u32), rows: u32, to
                 [pack_bf16x2(sum[0], sum[1]), pack_bf16x2(sum[2], sum[3])],
             );
         }
-        i += block_dim_x();
+        i += step;
     }
 }
 
