@@ -1,19 +1,25 @@
-//! `cargo xtask gpu-bundle [--gpu-only] [--base REV]`: builds every test and bench binary
-//! (release) and the release `denseffn` CLI here, copies them into `gpu-bundle/bin/` with
-//! `gpu-bundle/run.sh`, for a machine that has a GPU but no Rust (`--gpu-only`: only the GPU
-//! tests and the CLI; `--base REV`: also the release `denseffn` of git revision REV, built in a
-//! temporary worktree, as `bin/denseffn-base`, for `run.sh ab`).
+//! `cargo xtask gpu-bundle [--gpu-only] [--base REV] [--variant NAME=PATCH]…`: builds every
+//! test and bench binary (release) and the release `denseffn` CLI here, copies them into
+//! `gpu-bundle/bin/` with `gpu-bundle/run.sh`, for a machine that has a GPU but no Rust
+//! (`--gpu-only`: only the GPU tests and the CLI; `--base REV`: also the release `denseffn` of
+//! git revision REV, built in a temporary worktree, as `bin/denseffn-base`, for `run.sh ab`;
+//! `--variant NAME=PATCH`, repeatable: HEAD with PATCH applied, built in a temporary worktree,
+//! as `bin/denseffn-NAME` and its GPU tests as `bin/test-gpu-NAME`, `bin/test-gpu_lora-NAME`,
+//! for trying a change that is not committed against the tree in the same device call).
 //!
 //! There: `bash gpu-bundle/run.sh [tests|gpu-tests|bench|all|sanitize]` runs them, writing logs and the bench
 //! table under `$OUT` (default `gpu-bundle/out`); `bash gpu-bundle/run.sh report [ARGS]` runs
 //! `denseffn bench ARGS --out $OUT/report` (tables and plots); `bash gpu-bundle/run.sh ab [ARGS]`
 //! runs `denseffn bench ARGS` with the base binary and with this one, one after the other on the
-//! same GPU, and `denseffn compare`s them into `$OUT/ab.md`.
+//! same GPU, and `denseffn compare`s them into `$OUT/ab.md` (each variant's against this one
+//! into `$OUT/ab-NAME.md`). The device tool returns at most 8 files from `$OUT`: `run.sh` packs
+//! them into `$OUT/out.tgz` when there are more.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const USAGE: &str = "usage: cargo xtask gpu-bundle [--gpu-only] [--base REV]";
+const USAGE: &str =
+    "usage: cargo xtask gpu-bundle [--gpu-only] [--base REV] [--variant NAME=PATCH]...";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -21,7 +27,7 @@ fn main() {
         eprintln!("{USAGE}");
         std::process::exit(2);
     }
-    let (mut gpu_only, mut base) = (false, None);
+    let (mut gpu_only, mut base, mut variants) = (false, None, Vec::new());
     let mut rest = args[1..].iter();
     while let Some(a) = rest.next() {
         match a.as_str() {
@@ -33,21 +39,50 @@ fn main() {
                     std::process::exit(2);
                 }
             },
+            "--variant" => match rest.next().and_then(|v| v.split_once('=')) {
+                Some((name, patch)) if valid_name(name) => {
+                    let patch = fs::canonicalize(patch).unwrap_or_else(|e| {
+                        eprintln!("--variant {name}: {patch}: {e}");
+                        std::process::exit(2);
+                    });
+                    variants.push((name.to_string(), patch));
+                }
+                _ => {
+                    eprintln!("--variant needs NAME=PATCH, NAME in letters, digits and '_', not base\n{USAGE}");
+                    std::process::exit(2);
+                }
+            },
             other => {
                 eprintln!("unknown argument {other}\n{USAGE}");
                 std::process::exit(2);
             }
         }
     }
-    gpu_bundle(gpu_only, base.as_deref());
+    gpu_bundle(gpu_only, base.as_deref(), &variants);
 }
 
-/// The release `denseffn` of git revision `rev`, built in a temporary worktree (its own
-/// target directory under `target/`, kept for the next build), copied to `dst`.
-fn build_base(root: &Path, rev: &str, dst: &Path) {
-    let git = |args: &[&str]| {
+/// A variant's name: it becomes part of file names here and on the device machine.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "base"
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A temporary worktree of git revision `rev` with `patch` applied (if any), named `tag` (its
+/// own target directory `target/xtask-TAG`, kept for the next build): its release `denseffn`
+/// copied to `bin/denseffn-SUFFIX` and, with `tests`, its GPU test binaries to
+/// `bin/test-gpu*-SUFFIX`.
+fn build_in_worktree(
+    root: &Path,
+    rev: &str,
+    patch: Option<&Path>,
+    suffix: &str,
+    bin: &Path,
+    tests: bool,
+) {
+    let git = |args: &[&str], dir: &Path| {
         let ok = Command::new("git")
-            .current_dir(root)
+            .current_dir(dir)
             .args(args)
             .status()
             .map(|s| s.success())
@@ -57,27 +92,48 @@ fn build_base(root: &Path, rev: &str, dst: &Path) {
             std::process::exit(1);
         }
     };
-    let wt = root.join("target").join("xtask-base-worktree");
+    let wt = root.join("target").join(format!("xtask-{suffix}-worktree"));
     let _ = Command::new("git")
         .current_dir(root)
         .args(["worktree", "remove", "--force"])
         .arg(&wt)
         .stderr(Stdio::null())
         .status();
-    git(&["worktree", "add", "--detach", wt.to_str().unwrap(), rev]);
-    let manifest = wt.join("Cargo.toml");
-    let target = root.join("target").join("xtask-base");
-    build_cli(
-        &[
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "--target-dir",
-            target.to_str().unwrap(),
-        ],
-        dst,
+    git(
+        &["worktree", "add", "--detach", wt.to_str().unwrap(), rev],
+        root,
     );
-    git(&["worktree", "remove", "--force", wt.to_str().unwrap()]);
-    println!("(git {rev})");
+    if let Some(p) = patch {
+        git(&["apply", p.to_str().unwrap()], &wt);
+    }
+    let manifest = wt.join("Cargo.toml");
+    let target = root.join("target").join(format!("xtask-{suffix}"));
+    let place = [
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "--target-dir",
+        target.to_str().unwrap(),
+    ];
+    build_cli(&place, &bin.join(format!("denseffn-{suffix}")));
+    if tests {
+        let mut args = vec!["test", "--release", "--no-run", "--package", "denseffn"];
+        args.extend_from_slice(&place);
+        for (kind, name, exe) in built_executables(&args, true) {
+            if kind == "test" && name.starts_with("gpu") {
+                let dst = bin.join(format!("test-{name}-{suffix}"));
+                fs::copy(&exe, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", exe.display()));
+                println!("{}", dst.display());
+            }
+        }
+    }
+    git(
+        &["worktree", "remove", "--force", wt.to_str().unwrap()],
+        root,
+    );
+    match patch {
+        Some(p) => println!("(git {rev} + {})", p.display()),
+        None => println!("(git {rev})"),
+    }
 }
 
 /// `cargo build --release --bin denseffn EXTRA` and copies the binary to `dst`.
@@ -144,7 +200,8 @@ fn built_executables(args: &[&str], test_profile: bool) -> Vec<(String, String, 
 /// `gpu_only`: just the GPU test binaries (`tests/gpu*.rs`) and the CLI, which stay well
 /// inside the device tool's 64 MiB carry limit that the whole bundle nears.
 /// `base`: also the release `denseffn` of that git revision, as `bin/denseffn-base`.
-fn gpu_bundle(gpu_only: bool, base: Option<&str>) {
+/// `variants`: (name, patch) each built from HEAD with the patch applied.
+fn gpu_bundle(gpu_only: bool, base: Option<&str>, variants: &[(String, PathBuf)]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -183,8 +240,12 @@ fn gpu_bundle(gpu_only: bool, base: Option<&str>) {
     }
     // The CLI, for `run.sh report` (`denseffn bench`).
     build_cli(&[], &bundle.join("bin").join("denseffn"));
+    let bin = bundle.join("bin");
     if let Some(rev) = base {
-        build_base(&root, rev, &bundle.join("bin").join("denseffn-base"));
+        build_in_worktree(&root, rev, None, "base", &bin, false);
+    }
+    for (name, patch) in variants {
+        build_in_worktree(&root, "HEAD", Some(patch), name, &bin, true);
     }
     fs::write(bundle.join("run.sh"), RUN_SH).unwrap();
     println!(
@@ -245,15 +306,23 @@ if [ "$mode" = report ]; then
   "$here/bin/denseffn" bench --backend cuda --out "$out/report" "$@" 2>&1 | tee "$out/report.log" || rc=1
 fi
 if [ "$mode" = ab ]; then
-  if [ ! -x "$here/bin/denseffn-base" ]; then
-    echo "run.sh ab: no bin/denseffn-base (build the bundle with: cargo xtask gpu-bundle --base REV)"
+  # bin/denseffn-base (`--base REV`) and bin/denseffn-NAME (`--variant NAME=PATCH`), each benched
+  # after this build's bench, same GPU: ab.md = base → this build, ab-NAME.md = this build → NAME.
+  others=$(cd "$here/bin" && ls denseffn-* 2>/dev/null)
+  if [ -z "$others" ]; then
+    echo "run.sh ab: no bin/denseffn-base or -NAME (cargo xtask gpu-bundle --base REV / --variant NAME=PATCH)"
     exit 2
   fi
-  for v in base new; do
-    bin="$here/bin/denseffn"; [ "$v" = base ] && bin="$here/bin/denseffn-base"
-    "$bin" bench --backend cuda --out "$out/ab-$v" "$@" > "$out/ab-$v.log" 2>&1 || rc=1
+  "$here/bin/denseffn" bench --backend cuda --out "$out/ab-new" "$@" > "$out/ab-new.log" 2>&1 || rc=1
+  for o in $others; do
+    v="${o#denseffn-}"
+    "$here/bin/$o" bench --backend cuda --out "$out/ab-$v" "$@" > "$out/ab-$v.log" 2>&1 || rc=1
+    if [ "$v" = base ]; then
+      "$here/bin/denseffn" compare "$out/ab-base" "$out/ab-new" --out "$out/ab.md" || rc=1
+    else
+      "$here/bin/denseffn" compare "$out/ab-new" "$out/ab-$v" --out "$out/ab-$v.md" || rc=1
+    fi
   done
-  "$here/bin/denseffn" compare "$out/ab-base" "$out/ab-new" --out "$out/ab.md" || rc=1
 fi
 if [ "$mode" = overlays ]; then
   for f in q2 q4k fp8 bf16; do
@@ -275,6 +344,10 @@ if [ "$mode" = sanitize ]; then
       tail -n 3 "$log" | tee -a "$out/sanitize.log"
     done
   done
+fi
+# The device tool returns at most 8 files from $OUT: more are packed into $OUT/out.tgz.
+if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
+  tar czf /tmp/denseffn-out.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/denseffn-out.tgz "$out/out.tgz"
 fi
 exit $rc
 "#;
