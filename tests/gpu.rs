@@ -1278,3 +1278,43 @@ impl Prefill<'_> {
         e
     }
 }
+
+/// A launch's parameter block must be exactly the size the kernel declares (the backend passes
+/// it by pointer and the driver copies the declared size): a short or long block is a clear
+/// `Error::Invalid`, on the CPU reference and (nothing enqueued) on the GPU.
+#[test]
+fn a_parameter_block_of_the_wrong_size_is_refused() {
+    use denseffn::backend::Launch;
+    use denseffn::Error;
+    use denseffn_device::params::{GemvParams, ParamBlock};
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let mut backends = vec![cpu];
+    backends.extend(cuda());
+    let p = GemvParams::default();
+    let bytes = p.as_bytes();
+    for (b, backend) in backends.iter().enumerate() {
+        for params in [
+            &bytes[..bytes.len() - 8],
+            &[bytes, &[0u8; 8][..]].concat()[..],
+        ] {
+            let l = Launch {
+                kernel: "bf16_gemv",
+                grid: (1, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+                params,
+            };
+            let before = backend.launch_count();
+            let r = backend.launch(&l, 0);
+            assert!(
+                matches!(r, Err(Error::Invalid(_))),
+                "{}: {r:?}",
+                params.len()
+            );
+            // CUDA counts what it enqueued (the CPU reference counts attempts).
+            if b > 0 {
+                assert_eq!(backend.launch_count(), before);
+            }
+        }
+    }
+}
