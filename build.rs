@@ -19,7 +19,14 @@ fn main() {
         // (without the bound ptxas gave the tail-split gate+up kernel 230, which cannot
         // launch); their parameter block starts with the activations' TMA tensor map
         // (`GemmParams::xmap`), which must be 128-byte aligned (CUDA 13's `CUtensorMap`).
-        ptx = ptx.launch_bounds(k, 384, 1).param_align(k, 128);
+        // Their `_x2` forms run in clusters of two blocks (`GemmShape::cluster`).
+        let x2 = format!("{k}_x2");
+        ptx = ptx
+            .launch_bounds(k, 384, 1)
+            .param_align(k, 128)
+            .launch_bounds(&x2, 384, 1)
+            .param_align(&x2, 128)
+            .cluster_dims(&x2, 2);
     }
     let ptx = ptx.build().unwrap_or_else(|e| panic!("{e}"));
     println!("cargo:rustc-env=DENSEFFN_PTX={}", ptx.display());

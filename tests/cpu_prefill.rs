@@ -109,8 +109,8 @@ fn prefill_splits_k_of_a_small_down_grid() {
 /// BF16's gate+up GEMM splits K over the tiles of its grid's last, partial wave
 /// (`bf16_gemm_gate_up_act_splitk`, `plan::gemm_tail_split`), here on a backend that answers 4
 /// SMs: h = 2048 (32 chunks: 2 splits), i = 256 (2 row blocks). N = 65: 2 tiles, both split;
-/// N = 260: 6 tiles, 4 whole and 2 split in one launch; N = 130: 4 tiles fill the wave, no
-/// split. The CPU backend checks the launch (the persistent grid of `params::gemm_grid`,
+/// N = 260: 6 tiles, 4 whole and 2 split in one launch; N = 130 runs in cluster pairs
+/// (`bf16_gemms_run_in_cluster_pairs_over_even_token_blocks`). The CPU backend checks the launch (the persistent grid of `params::gemm_grid`,
 /// workspace, counters zero at launch); the
 /// result against the f64 FFN of the overlay's weights, the same bits on a second call, and
 /// nothing written past the last token.
@@ -127,7 +127,8 @@ fn bf16_gate_up_splits_k_over_its_last_wave() {
     o.install(&mut layer).unwrap();
     let mut ctx = ForwardContext::new(&layer, 260).unwrap();
     let xs = upload_bf16(&gpu, &x);
-    assert_eq!(layer.prefill_kernels(130)[0], "bf16_gemm_gate_up_act");
+    // N = 130: two token blocks, so the cluster-pair form (below); N = 65 and 260 are odd.
+    assert_eq!(layer.prefill_kernels(130)[0], "bf16_gemm_gate_up_act_x2");
     for n in [65usize, 260] {
         assert_eq!(
             layer.prefill_kernels(n)[0],
@@ -185,6 +186,58 @@ fn bf16_gate_up_splits_k_over_its_last_wave() {
         .all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
+/// Over an even number of 128-token blocks the BF16 GEMMs run their cluster-pair (`_x2`) forms
+/// (two blocks a cluster, a unit two tiles of adjacent token blocks sharing the weight chunks):
+/// on 4 SMs (2 clusters), h = 2048, i = 384, N = 256: gate+up 3 units (3 row blocks × one token
+/// pair), 2 whole and the last split 2 ways (4 blocks); down 8 units, none split (4 blocks).
+/// The result matches the f64 FFN; a grid capped at 1 block launches one pair with the same
+/// plan; an odd number of token blocks or a module without the `_x2` kernels runs the plain
+/// forms.
+#[test]
+fn bf16_gemms_run_in_cluster_pairs_over_even_token_blocks() {
+    use denseffn::layer::OverlayKind;
+    let (h, i) = (2048, 384);
+    let o = OverlayHost::random(OverlayKind::Bf16, h, i, 61);
+    let x = activations(384 * h, 63);
+    let want = o.reference(&x, FfnActivation::Silu);
+    let run = |cpu: CpuBackend, n: usize, cap: Option<u32>| {
+        let cpu = Arc::new(cpu.with_sm_count(4));
+        let gpu: Arc<dyn GpuBackend> = cpu.clone();
+        let mut layer = HostLayer::random(h, i, 65).layer(&gpu, FfnActivation::Silu);
+        o.install(&mut layer).unwrap();
+        layer.set_gemm_grid_cap(cap.and_then(std::num::NonZeroU32::new));
+        let mut ctx = ForwardContext::new(&layer, 384).unwrap();
+        let y = layer
+            .forward_prefill(upload_bf16(&gpu, &x), n, &mut ctx, 0)
+            .unwrap();
+        let got = download_bf16(&gpu, y, n * h);
+        let err = rel_l2(&got, &want[..n * h]);
+        assert!(err < 1e-2, "N={n} cap {cap:?}: rel L2 {err}");
+        (cpu, layer.prefill_kernels(n))
+    };
+    let (cpu, kernels) = run(CpuBackend::new(), 256, None);
+    assert_eq!(kernels, ["bf16_gemm_gate_up_act_splitk_x2", "bf16_gemm_x2"]);
+    assert_eq!(
+        cpu.last_grid("bf16_gemm_gate_up_act_splitk_x2"),
+        Some((4, 1, 1))
+    );
+    assert_eq!(cpu.last_grid("bf16_gemm_x2"), Some((4, 1, 1)));
+    let (_, kernels) = run(CpuBackend::new(), 384, None);
+    assert_eq!(kernels, ["bf16_gemm_gate_up_act_splitk", "bf16_gemm"]);
+    // A grid cap does not change the plan; a cap of 1 still launches one pair.
+    let (cpu, kernels) = run(CpuBackend::new(), 256, Some(1));
+    assert_eq!(kernels, ["bf16_gemm_gate_up_act_splitk_x2", "bf16_gemm_x2"]);
+    assert_eq!(cpu.last_grid("bf16_gemm_x2"), Some((2, 1, 1)));
+    let plain = CpuBackend::new().without_kernels(&[
+        "bf16_gemm_gate_up_act_x2",
+        "bf16_gemm_gate_up_act_splitk_x2",
+        "bf16_gemm_x2",
+        "bf16_gemm_splitk_x2",
+    ]);
+    let (_, kernels) = run(plain, 256, None);
+    assert_eq!(kernels, ["bf16_gemm_gate_up_act_splitk", "bf16_gemm"]);
+}
+
 /// The BF16 GEMMs read their activations through a TMA tensor map in their parameter block
 /// (`GemmParams::xmap`): the PTX declares those blocks 128-byte aligned (the map's alignment),
 /// bad map specs are refused, and the CPU reference reads through the map, so a launch
@@ -202,6 +255,22 @@ fn bf16_gemms_read_activations_through_their_tile_map() {
         let decl = format!(".param .align 128 .b8 {k}_param_0[264]");
         assert!(denseffn::PTX.contains(&decl), "{k}: no `{decl}` in the PTX");
         assert!(gemm_shape(k, k.contains("gate_up")).unwrap().x_map, "{k}");
+        // The cluster-pair form: the same block, declared a 2-block cluster kernel.
+        let x2 = format!("{k}_x2");
+        let decl = format!(
+            ".param .align 128 .b8 {x2}_param_0[264]\n)\n.maxntid 384, 1, 1\n.minnctapersm 1\n\
+             .explicitcluster\n.reqnctapercluster 2, 1, 1\n{{"
+        );
+        let entry = denseffn::PTX
+            .find(&format!(".entry {x2}("))
+            .unwrap_or_else(|| panic!("no entry {x2}"));
+        let header: String = denseffn::PTX[entry..]
+            .lines()
+            .take(8)
+            .map(|l| l.split("//").next().unwrap().trim_end().to_string() + "\n")
+            .collect();
+        assert!(header.contains(&decl), "{x2}: header {header:?}");
+        assert_eq!(gemm_shape(&x2, k.contains("gate_up")).unwrap().cluster, 2);
     }
     let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
     let x = gpu.alloc(64 * 256 * 2).unwrap();

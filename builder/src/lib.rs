@@ -66,6 +66,7 @@ pub struct PtxBuilder {
     dynamic_smem: Option<String>,
     launch_bounds: Vec<(String, u32, u32)>,
     param_aligns: Vec<(String, u32)>,
+    cluster_dims: Vec<(String, u32)>,
 }
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
@@ -85,6 +86,7 @@ impl PtxBuilder {
             dynamic_smem: None,
             launch_bounds: Vec::new(),
             param_aligns: Vec::new(),
+            cluster_dims: Vec::new(),
         }
     }
 
@@ -133,6 +135,14 @@ impl PtxBuilder {
     /// ABI declares at most 16.
     pub fn param_align(mut self, kernel: &str, bytes: u32) -> Self {
         self.param_aligns.push((kernel.into(), bytes));
+        self
+    }
+
+    /// Declares entry point `kernel` a cluster kernel of `blocks` blocks along x
+    /// (`.explicitcluster`, `.reqnctapercluster blocks, 1, 1`): an ordinary launch then runs
+    /// its grid (a multiple of `blocks` in x) in such clusters.
+    pub fn cluster_dims(mut self, kernel: &str, blocks: u32) -> Self {
+        self.cluster_dims.push((kernel.into(), blocks));
         self
     }
 
@@ -241,6 +251,11 @@ impl PtxBuilder {
         for (kernel, threads, blocks) in &self.launch_bounds {
             text = add_launch_bounds(&text, kernel, *threads, *blocks).ok_or_else(|| {
                 BuildError::Io(format!("launch_bounds: no entry point {kernel} in the PTX"))
+            })?;
+        }
+        for (kernel, blocks) in &self.cluster_dims {
+            text = add_cluster_dims(&text, kernel, *blocks).ok_or_else(|| {
+                BuildError::Io(format!("cluster_dims: no entry point {kernel} in the PTX"))
             })?;
         }
         for (kernel, bytes) in &self.param_aligns {
@@ -404,13 +419,28 @@ fn insert_after_address_size(ptx: &str, line: &str) -> Option<String> {
 
 /// Inserts `.maxntid`/`.minnctapersm` between entry `kernel`'s parameter list and its body.
 fn add_launch_bounds(ptx: &str, kernel: &str, threads: u32, blocks: u32) -> Option<String> {
+    add_entry_directives(
+        ptx,
+        kernel,
+        &format!(".maxntid {threads}, 1, 1\n.minnctapersm {blocks}"),
+    )
+}
+
+/// Inserts `.explicitcluster`/`.reqnctapercluster blocks, 1, 1` between entry `kernel`'s
+/// parameter list and its body.
+fn add_cluster_dims(ptx: &str, kernel: &str, blocks: u32) -> Option<String> {
+    add_entry_directives(
+        ptx,
+        kernel,
+        &format!(".explicitcluster\n.reqnctapercluster {blocks}, 1, 1"),
+    )
+}
+
+/// Inserts the lines `directives` between entry `kernel`'s parameter list and its body.
+fn add_entry_directives(ptx: &str, kernel: &str, directives: &str) -> Option<String> {
     let entry = ptx.find(&format!(".entry {kernel}("))?;
     let body = entry + ptx[entry..].find("\n{")?;
-    Some(format!(
-        "{}\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks}{}",
-        &ptx[..body],
-        &ptx[body..]
-    ))
+    Some(format!("{}\n{directives}{}", &ptx[..body], &ptx[body..]))
 }
 
 /// Rewrites the alignment of entry `kernel`'s first parameter (`.param .align N .b8
@@ -450,6 +480,9 @@ mod tests {
         assert!(out.contains(".entry ab(\n)\n.maxntid 256, 1, 1\n.minnctapersm 4\n{"));
         assert!(out.starts_with(".visible .entry a(\n.param .u64 a_0\n)\n{"));
         assert!(add_launch_bounds(p, "b", 256, 4).is_none());
+        let out = add_cluster_dims(p, "ab", 2).unwrap();
+        assert!(out.contains(".entry ab(\n)\n.explicitcluster\n.reqnctapercluster 2, 1, 1\n{"));
+        assert!(add_cluster_dims(p, "b", 2).is_none());
     }
 
     #[test]

@@ -446,21 +446,21 @@ pub struct GemmShape {
     pub persistent: bool,
     /// The kernel reads its activations through [`GemmParams::xmap`] (TMA), not `x`.
     pub x_map: bool,
+    /// Blocks per cluster: 2 for the BF16 GEMMs' `_x2` entry points (a pair of blocks shares
+    /// each weight chunk, each copying half and multicasting it to both, over two adjacent
+    /// token tiles: [`gemm_bulk_units`]' units are then such pairs), else 1.
+    pub cluster: u32,
 }
 
 /// Units of work of a BF16 prefill GEMM launch (`kernels::bulk_gemm`, persistent), `dual`:
 /// gate+up (128 + 128-row tiles), else the single projection (256-row tiles), 128 tokens a
-/// tile: its tiles; with K split `p.splits` ways, the gate+up kernel's whole tiles
-/// `0 .. split_from` plus `splits` units a tile after (the tail split), the single
-/// projection's `splits` units a tile.
+/// tile, `cluster` (1 or 2) blocks a unit: its tiles (with `cluster` 2, pairs of tiles of
+/// adjacent token blocks, [`gemm_pair_tiles`]); with K split `p.splits` ways, the gate+up
+/// kernel's whole tiles `0 .. split_from` plus `splits` units a tile after (the tail split),
+/// the single projection's `splits` units a tile.
 #[inline(always)]
-pub fn gemm_bulk_units(dual: bool, p: &GemmParams) -> u32 {
-    let rows = if dual {
-        GEMM_WG_ROWS
-    } else {
-        GEMM_BULK_WIDE_ROWS
-    };
-    let tiles = p.n.div_ceil(rows) * p.tokens.div_ceil(GEMM_WG_TOKENS);
+pub fn gemm_bulk_units(dual: bool, cluster: u32, p: &GemmParams) -> u32 {
+    let tiles = gemm_pair_tiles(dual, cluster, p.n, p.tokens);
     let splits = p.splits.max(1);
     if splits == 1 {
         tiles
@@ -471,13 +471,28 @@ pub fn gemm_bulk_units(dual: bool, p: &GemmParams) -> u32 {
     }
 }
 
+/// Output tiles of a BF16 prefill GEMM (`dual`: gate+up's 128-row tiles, else 256-row) over
+/// `n` rows and `tokens` tokens, counted in groups of `cluster` tiles of adjacent token blocks
+/// (the last group of an odd count has one tile; its partner computes nothing it stores).
+#[inline(always)]
+pub fn gemm_pair_tiles(dual: bool, cluster: u32, n: u32, tokens: u32) -> u32 {
+    let rows = if dual {
+        GEMM_WG_ROWS
+    } else {
+        GEMM_BULK_WIDE_ROWS
+    };
+    n.div_ceil(rows) * tokens.div_ceil(GEMM_WG_TOKENS).div_ceil(cluster.max(1))
+}
+
 /// The grid of a prefill GEMM launch of `shape` (`dual`: gate+up) with parameters `p` on a
 /// GPU of `sm_count` SMs: `(min(units, sm_count), 1, 1)` for a persistent kernel (one block
 /// fills an SM), else `(row blocks, token blocks, splits)`. Host side only.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn gemm_grid(shape: &GemmShape, dual: bool, p: &GemmParams, sm_count: u32) -> (u32, u32, u32) {
     if shape.persistent {
-        (gemm_bulk_units(dual, p).min(sm_count).max(1), 1, 1)
+        let c = shape.cluster.max(1);
+        let groups = gemm_bulk_units(dual, c, p).min(sm_count / c).max(1);
+        (c * groups, 1, 1)
     } else {
         (
             p.n.div_ceil(shape.rows),
@@ -499,6 +514,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             smem: w8a8_smem_bytes(dual),
             persistent: false,
             x_map: false,
+            cluster: 1,
         });
     }
     if kernel.starts_with("bf16_gemm") {
@@ -513,6 +529,11 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             smem: GEMM_BULK_SMEM_BYTES,
             persistent: true,
             x_map: true,
+            cluster: if kernel.ends_with(GEMM_PAIR_SUFFIX) {
+                2
+            } else {
+                1
+            },
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES
@@ -525,8 +546,13 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
         smem: gemm_wg_smem_bytes(dual, cb, sb),
         persistent: false,
         x_map: false,
+        cluster: 1,
     })
 }
+
+/// The suffix of the BF16 GEMMs' cluster-pair entry points (`bf16_gemm_x2`, …: two blocks a
+/// cluster sharing each weight chunk by multicast; [`GemmShape::cluster`]).
+pub const GEMM_PAIR_SUFFIX: &str = "_x2";
 
 /// LoRA ranks are padded on the device to a multiple of this (zero rows of `A`, zero columns
 /// of `B`): one `mma.m16n8k16` K step of the expansion, and the rank rows of one shrink block.

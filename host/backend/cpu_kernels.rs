@@ -10,9 +10,9 @@ use denseffn_device::formats::packed::{pow2_scale, word_of};
 use denseffn_device::formats::tiles::TileFormat;
 use denseffn_device::params::{
     gemm_grid, gemm_shape, gemv_smem_bytes, source, ActPackParams, ElementwiseParams, GemmParams,
-    GemvParams, LoraShrinkParams, ParamBlock, Q8Params, GEMM_WG_TOKENS, GEMV_ROWS_PER_BLOCK,
-    GEMV_SMEM_HEADER, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP, PACK_SCALE_STRIDE,
-    PACK_SMEM_BYTES, PACK_THREADS,
+    GemvParams, LoraShrinkParams, ParamBlock, Q8Params, GEMM_PAIR_SUFFIX, GEMM_WG_TOKENS,
+    GEMV_ROWS_PER_BLOCK, GEMV_SMEM_HEADER, GEMV_THREADS, LORA_MAX_RANK, LORA_RANK_STEP,
+    PACK_SCALE_STRIDE, PACK_SMEM_BYTES, PACK_THREADS,
 };
 use half::{bf16, f16};
 
@@ -39,6 +39,10 @@ pub(crate) const KERNELS: &[&str] = &[
     "bf16_gemm_gate_up_act_splitk",
     "bf16_gemm",
     "bf16_gemm_splitk",
+    "bf16_gemm_gate_up_act_x2",
+    "bf16_gemm_gate_up_act_splitk_x2",
+    "bf16_gemm_x2",
+    "bf16_gemm_splitk_x2",
     "w8a16_gemv_gate_up",
     "w8a16_gemv",
     "w8a16_gemm_gate_up_act",
@@ -520,7 +524,8 @@ fn gemv_tiled(
 }
 
 /// What the GPU GEMM relies on from its launch: the grid over rows, tokens and K splits (a
-/// persistent kernel's: 1 ..= min(units, SMs) blocks, [`gemm_grid`]), and,
+/// persistent kernel's: 1 ..= min(units, SMs) blocks, [`gemm_grid`], in whole clusters of
+/// [`denseffn_device::params::GemmShape::cluster`] blocks, its units then pairs of tiles), and,
 /// when K is split, a single-projection launch without LoRA whose splits cover K with none
 /// empty, a workspace for every split's partial and counters that are zero.
 fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Result<XSource> {
@@ -535,8 +540,9 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
     // A persistent kernel's grid may be capped below the SM count
     // (`DenseFfnLayer::set_gemm_grid_cap`).
     let grid = gemm_grid(&shape, dual, p, sm_count);
+    let c = shape.cluster.max(1);
     let grid_ok = if shape.persistent {
-        l.grid.0 >= 1 && l.grid.0 <= grid.0 && (l.grid.1, l.grid.2) == (1, 1)
+        l.grid.0 >= c && l.grid.0 <= grid.0 && l.grid.0 % c == 0 && (l.grid.1, l.grid.2) == (1, 1)
     } else {
         l.grid == grid
     };
@@ -546,7 +552,8 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
             l.grid, l.block, l.smem, shape.smem
         ));
     }
-    let tiles = gx * gy;
+    // Units of `c` tiles (adjacent token blocks; the last may have one).
+    let tiles = gx * gy.div_ceil(c);
     if p.split_from != 0 && (splits < 2 || !dual || p.split_from >= tiles) {
         return bad(format!(
             "split_from {} needs a split gate+up launch of more tiles ({tiles})",
@@ -556,7 +563,12 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
     if splits > 1 {
         let k_tiles = p.k / TILE_K as u32;
         let cps = p.chunks_per_split;
-        if p.lora_rank != 0 || !l.kernel.ends_with("_splitk") {
+        if p.lora_rank != 0
+            || !l
+                .kernel
+                .trim_end_matches(GEMM_PAIR_SUFFIX)
+                .ends_with("_splitk")
+        {
             return bad("only a `_splitk` launch without LoRA splits K".into());
         }
         if cps == 0 || splits * cps < k_tiles || (splits - 1) * cps >= k_tiles {
@@ -565,13 +577,16 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
             ));
         }
         // Single projection: `[split][tokens][n]`; gate+up: `[tile][split][2][rows × tokens]`
-        // for the split tiles.
+        // for the split tiles (each of a unit's `c` blocks its own tile and counter).
         let (ws, split_tiles) = if dual {
-            let t = tiles - p.split_from;
+            let t = c * (tiles - p.split_from);
             let per_tile = 2 * shape.rows as usize * shape.tokens as usize;
             (t as usize * splits as usize * per_tile, t)
         } else {
-            (splits as usize * p.tokens as usize * p.n as usize, tiles)
+            (
+                splits as usize * p.tokens as usize * p.n as usize,
+                c * tiles,
+            )
         };
         mem.read(p.ws, ws * 4)?;
         let counters = mem.read(p.counters, split_tiles as usize * 4)?;

@@ -303,6 +303,44 @@ impl GpuBackend for CudaBackend {
         lock(&self.resident).insert(key, r);
         r
     }
+    fn max_active_clusters(&self, kernel: &str, threads: u32, smem: u32, cluster: u32) -> u32 {
+        let fallback = self.sms / cluster.max(1);
+        let Ok(Some(Kernel { func, .. })) = self.function(kernel) else {
+            return fallback; // the launch itself reports the missing kernel
+        };
+        // Cached beside the per-SM answers, the cluster size in the key's top bits.
+        let key = (func, threads, smem | (cluster << 24));
+        if let Some(&r) = lock(&self.resident).get(&key) {
+            return r;
+        }
+        if self.current().is_err() {
+            return fallback;
+        }
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster.max(1) * self.sms.max(1),
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        let mut n = 0i32;
+        // SAFETY: func is a function of the loaded module; config and n are live locals. The
+        // kernel declares its cluster size, so the config names none.
+        let r =
+            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, func as sys::CUfunction, &config) };
+        let n = if r == sys::CUresult::CUDA_SUCCESS {
+            (n.max(0) as u32).min(fallback)
+        } else {
+            fallback
+        };
+        lock(&self.resident).insert(key, n);
+        n
+    }
     fn encode_tile_map(&self, spec: &TileMapSpec) -> Result<TileMap> {
         use sys::{
             CUtensorMapDataType as Ty, CUtensorMapFloatOOBfill as Fill,

@@ -139,6 +139,15 @@ pub trait GpuBackend: Send + Sync {
         let _ = (kernel, threads, smem);
         4
     }
+    /// How many clusters of `cluster` blocks of `kernel` (`threads` threads, `smem` bytes of
+    /// dynamic shared memory each; a kernel declared with that cluster size) the device runs
+    /// at once (CUDA's `cuOccupancyMaxActiveClusters`: the SMs of a cluster share a GPC, so
+    /// this can be less than SMs ÷ `cluster`), for sizing a persistent grid. The default (and
+    /// the CPU reference's) is `sm_count() / cluster`.
+    fn max_active_clusters(&self, kernel: &str, threads: u32, smem: u32, cluster: u32) -> u32 {
+        let _ = (kernel, threads, smem);
+        self.sm_count() / cluster.max(1)
+    }
     /// The tensor map of `spec` for a launch's parameter block: the driver's encoding
     /// (`cuTensorMapEncodeTiled`) on CUDA, the CPU reference's own description of `spec` on the
     /// CPU backend (whose kernels read through it). A host call: nothing is enqueued.

@@ -42,7 +42,9 @@ use super::{DenseFfnLayer, FfnActivation, ForwardContext, OverlayKind, Proj};
 use crate::backend::{DevicePtr, Launch, TileMapSpec};
 use crate::error::{Error, Result};
 use denseffn_device::formats::nvfp4::TILE_K;
-use denseffn_device::params::{gemm_grid, gemm_shape, source, GemmParams, ParamBlock};
+use denseffn_device::params::{
+    gemm_grid, gemm_shape, source, GemmParams, ParamBlock, GEMM_WG_TOKENS,
+};
 
 /// The log target of the prefill timers.
 pub const PREFILL_LOG_TARGET: &str = "denseffn::prefill";
@@ -138,18 +140,20 @@ impl DenseFfnLayer {
                 let (h, i) = (self.hidden(), self.intermediate());
                 let kernels = self.arm_kernels(arm);
                 let gate_up = kernels[0];
+                let pair = |k| self.gemm_pair_slots(k, num_tokens as u32);
                 // The tail split is BF16's only, whose layers never carry LoRA.
                 let tail = gemm_shape(gate_up, true).and_then(|shape| {
                     let tiles = (i as u32).div_ceil(shape.rows)
                         * (num_tokens as u32).div_ceil(shape.tokens);
-                    self.gate_up_tail_plan(gate_up, tiles, h)
+                    self.gate_up_tail_plan(gate_up, tiles, h, pair(gate_up))
                 });
-                let k0 = tail.map_or(gate_up, |(name, ..)| name);
+                let whole = pair(gate_up).and_then(|_| pair_variant(gate_up));
+                let k0 = tail.map_or(whole.unwrap_or(gate_up), |(name, ..)| name);
                 let k: Vec<&'static str> = std::iter::once(k0)
                     .chain(
                         kernels[1..]
                             .iter()
-                            .map(|&k| self.gemm_launch_plan(k, num_tokens, h, i).0),
+                            .map(|&k| self.gemm_launch_plan(k, num_tokens, h, i, pair(k)).0),
                     )
                     .collect();
                 self.with_lora(&k[..1], &k[1..])
@@ -320,9 +324,16 @@ impl DenseFfnLayer {
         let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
         let mut p = *p;
         let mut kernel = kernel;
+        // A BF16 GEMM over an even number of token blocks runs in cluster pairs (`_x2`).
+        let pair = self.gemm_pair_slots(kernel, p.tokens);
+        let base = kernel;
+        if let Some(x2) = pair.and_then(|_| pair_variant(kernel)) {
+            kernel = x2;
+        }
+        let c = if pair.is_some() { 2 } else { 1 };
         if !dual && p.lora_rank == 0 {
             let (name, splits, cps) =
-                self.gemm_launch_plan(kernel, p.tokens as usize, p.n as usize, p.k as usize);
+                self.gemm_launch_plan(base, p.tokens as usize, p.n as usize, p.k as usize, pair);
             if splits > 1 && ctx.gemm_split_fits(splits, p.tokens, p.n, gx * gy) {
                 kernel = name;
                 p.splits = splits;
@@ -331,9 +342,11 @@ impl DenseFfnLayer {
                 p.counters = ctx.gemm_counters.ptr().0;
             }
         } else if p.lora_rank == 0 {
-            let plan = self.gate_up_tail_plan(kernel, gx * gy, p.k as usize);
+            let plan = self.gate_up_tail_plan(base, gx * gy, p.k as usize, pair);
             if let Some((name, from, splits, cps)) = plan {
-                let split_tiles = gx * gy - from;
+                // `from` counts units (pairs of tiles with `c` = 2); every block's split tile has
+                // its own partials and counter.
+                let split_tiles = gx * gy - c * from;
                 let elems = split_tiles * splits * 2 * shape.rows * shape.tokens;
                 if ctx.gemm_ws_fits(elems as usize, split_tiles) {
                     kernel = name;
@@ -354,9 +367,16 @@ impl DenseFfnLayer {
                 box_cols: TILE_K as u32,
             })?;
         }
+        let (shape, slots) = match pair {
+            Some(slots) => {
+                let pairs = slots.min(self.gemm_grid_blocks() / 2).max(1);
+                (gemm_shape(kernel, dual).unwrap_or(shape), 2 * pairs)
+            }
+            None => (shape, self.gemm_grid_blocks()),
+        };
         let launch = Launch {
             kernel,
-            grid: gemm_grid(&shape, dual, &p, self.gemm_grid_blocks()),
+            grid: gemm_grid(&shape, dual, &p, slots),
             block: (shape.threads, 1, 1),
             smem: shape.smem,
             params: p.as_bytes(),
@@ -372,7 +392,8 @@ impl DenseFfnLayer {
     /// blocks (`None`, the default: one per SM). Each block runs its share of the launch's
     /// tiles in turn, so the result is the same bits for any cap; a cap leaves SMs to work on
     /// other streams (and lets a test run many tiles through one block). The split-K plans
-    /// still assume the whole GPU.
+    /// still assume the whole GPU. The cluster-pair forms (`_x2`) run whole pairs: the cap
+    /// rounded down to an even count, at least one pair.
     pub fn set_gemm_grid_cap(&mut self, blocks: Option<std::num::NonZeroU32>) {
         self.gemm_grid_cap = blocks;
     }
@@ -392,19 +413,46 @@ impl DenseFfnLayer {
         kernel: &str,
         tiles: u32,
         k: usize,
+        pair: Option<u32>,
     ) -> Option<(&'static str, u32, u32, u32)> {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let on = *ON
             .get_or_init(|| std::env::var("DENSEFFN_GEMM_TAIL_SPLIT").map_or(true, |v| v != "0"));
-        let splitk = match kernel {
-            "bf16_gemm_gate_up_act" => "bf16_gemm_gate_up_act_splitk",
+        let splitk = match (kernel, pair) {
+            ("bf16_gemm_gate_up_act", None) => "bf16_gemm_gate_up_act_splitk",
+            ("bf16_gemm_gate_up_act", Some(_)) => "bf16_gemm_gate_up_act_splitk_x2",
             _ => return None,
         };
         if !on || !self.gpu().has_kernel(splitk) {
             return None;
         }
-        let (from, splits, cps) = gemm_tail_split(tiles, k, self.gpu().sm_count())?;
+        // In cluster pairs: units of two tiles, as many at once as clusters fit.
+        let (units, slots) = match pair {
+            Some(slots) => (tiles / 2, slots),
+            None => (tiles, self.gpu().sm_count()),
+        };
+        let (from, splits, cps) = gemm_tail_split(units, k, slots)?;
         Some((splitk, from, splits, cps))
+    }
+
+    /// Clusters of two blocks that run at once for the `_x2` (cluster-pair) form of BF16 GEMM
+    /// `kernel` over `tokens` tokens, when that form runs: an even number of 128-token blocks,
+    /// the module has it and `DENSEFFN_GEMM_PAIR` is not `0` (read once per process; a switch
+    /// for measuring what the pairs gain). The plan (splits) follows from this, not from the
+    /// grid cap, so a capped grid gives the same bits; a cap of 1 still launches one pair.
+    fn gemm_pair_slots(&self, kernel: &str, tokens: u32) -> Option<u32> {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = *ON.get_or_init(|| std::env::var("DENSEFFN_GEMM_PAIR").map_or(true, |v| v != "0"));
+        let x2 = pair_variant(kernel)?;
+        let blocks = tokens.div_ceil(GEMM_WG_TOKENS);
+        if !on || blocks < 2 || blocks % 2 != 0 || !self.gpu().has_kernel(x2) {
+            return None;
+        }
+        let shape = gemm_shape(x2, kernel.contains("gate_up"))?;
+        let slots = self
+            .gpu()
+            .max_active_clusters(x2, shape.threads, shape.smem, 2);
+        (slots > 0).then_some(slots)
     }
 
     /// How single-projection GEMM `kernel` runs `tokens` tokens of an `n × k` matrix:
@@ -417,10 +465,19 @@ impl DenseFfnLayer {
         tokens: usize,
         n: usize,
         k: usize,
+        pair: Option<u32>,
     ) -> (&'static str, u32, u32) {
-        let whole = (kernel, 1, (k / TILE_K) as u32);
+        let named = match pair {
+            Some(_) => pair_variant(kernel).unwrap_or(kernel),
+            None => kernel,
+        };
+        let whole = (named, 1, (k / TILE_K) as u32);
         let Some((splitk, fewest)) = splitk_variant(kernel) else {
             return whole;
+        };
+        let splitk = match pair {
+            Some(_) => pair_variant(splitk).unwrap_or(splitk),
+            None => splitk,
         };
         if !self.gpu().has_kernel(splitk) {
             return whole;
@@ -429,15 +486,33 @@ impl DenseFfnLayer {
             return whole;
         };
         let tiles = (n as u32).div_ceil(shape.rows) * (tokens as u32).div_ceil(shape.tokens);
-        let resident = self
-            .gpu()
-            .resident_blocks(splitk, shape.threads, shape.smem);
-        let (splits, cps) = gemm_splits(tiles, k, self.gpu().sm_count(), resident);
+        let (splits, cps) = match pair {
+            // Units of two tiles, one cluster each.
+            Some(slots) => gemm_splits(tiles / 2, k, slots, 1),
+            None => {
+                let resident = self
+                    .gpu()
+                    .resident_blocks(splitk, shape.threads, shape.smem);
+                gemm_splits(tiles, k, self.gpu().sm_count(), resident)
+            }
+        };
         if splits >= fewest {
             (splitk, splits, cps)
         } else {
             whole
         }
+    }
+}
+
+/// The cluster-pair (`_x2`) form of a BF16 GEMM entry point
+/// ([`denseffn_device::params::GemmShape::cluster`]).
+fn pair_variant(kernel: &str) -> Option<&'static str> {
+    match kernel {
+        "bf16_gemm_gate_up_act" => Some("bf16_gemm_gate_up_act_x2"),
+        "bf16_gemm_gate_up_act_splitk" => Some("bf16_gemm_gate_up_act_splitk_x2"),
+        "bf16_gemm" => Some("bf16_gemm_x2"),
+        "bf16_gemm_splitk" => Some("bf16_gemm_splitk_x2"),
+        _ => None,
     }
 }
 

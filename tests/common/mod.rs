@@ -345,6 +345,8 @@ fn launch_every_path(
     use denseffn::layer::{ForwardContext, OverlayKind};
     let host = HostLayer::random(h, i, 101);
     let x = upload_bf16(gpu, &activations(64 * h, 102));
+    const PAIR_TOKENS: usize = 256;
+    let x_pair = upload_bf16(gpu, &activations(PAIR_TOKENS * h, 105));
     let sets = [
         None,
         Some(OverlayKind::Q2),
@@ -379,6 +381,14 @@ fn launch_every_path(
             for n in [5, 64] {
                 seen.extend(layer.prefill_kernels(n));
                 layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
+            }
+            if set == Some(OverlayKind::Bf16) {
+                // Two 128-token blocks: the BF16 GEMMs' cluster-pair (`_x2`) entry points.
+                let mut ctx = ForwardContext::new(&layer, PAIR_TOKENS).unwrap();
+                seen.extend(layer.prefill_kernels(PAIR_TOKENS));
+                layer
+                    .forward_prefill(x_pair, PAIR_TOKENS, &mut ctx, 0)
+                    .unwrap();
             }
             gpu.synchronize(0).unwrap();
         }

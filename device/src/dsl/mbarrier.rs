@@ -146,3 +146,74 @@ macro_rules! param_block_address {
         a + $offset as u64
     }};
 }
+
+/// The executing block's rank in its cluster (`%cluster_ctarank`; 0 without clusters).
+#[inline(always)]
+pub fn cluster_rank() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nostack, nomem)) };
+    r
+}
+
+/// `barrier.cluster.arrive.release` + `wait.acquire`: every thread of every block of the
+/// cluster arrives; shared-memory writes (and barrier initialisations) before it are visible
+/// across the cluster after it. Every thread of the block must call it (`.aligned`).
+#[inline(always)]
+pub fn cluster_sync() {
+    // SAFETY: a barrier; callers call it from every thread.
+    unsafe {
+        asm!(
+            "barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;",
+            options(nostack)
+        )
+    }
+}
+
+/// `mapa.shared::cluster`: the cluster-shared-memory address of the object at `a` in this
+/// block's shared memory, in the block of cluster rank `rank` (the same offset there).
+#[inline(always)]
+pub fn cluster_address(a: super::Smem, rank: u32) -> u32 {
+    let r: u32;
+    // SAFETY: address arithmetic only.
+    unsafe {
+        asm!("mapa.shared::cluster.u32 {r}, {a}, {k};", r = out(reg32) r, a = in(reg32) a.0, k = in(reg32) rank, options(nostack, nomem))
+    };
+    r
+}
+
+/// `mbarrier.arrive` on a barrier at cluster-shared address `b` ([`cluster_address`]), possibly
+/// in another block of the cluster, with the default semantics (release at CTA scope). The
+/// `.release.cluster` form compiles to `MEMBAR.ALL.GPU` + `ERRBAR` before the arrival, which
+/// made the BF16 pair GEMMs 45–55% slower (`docs/perf/2026-12-07.md`, fourth session). A
+/// consumer releasing a stage has its `wgmma` reads of it complete (`wgmma.wait_group`) first.
+///
+/// # Safety
+/// `b` must be an initialised barrier of a block of the cluster that is still running and
+/// expects the arrival.
+#[inline(always)]
+pub unsafe fn mbar_arrive_cluster(b: u32) {
+    asm!("mbarrier.arrive.shared::cluster.b64 _, [{b}];", b = in(reg32) b, options(nostack));
+}
+
+/// [`bulk_copy`] to the same shared-memory offset `dst` in every block of the cluster whose rank
+/// bit is set in `mask` (`.multicast::cluster`), completing on the barrier at offset `b` in
+/// each of those blocks.
+///
+/// # Safety
+/// As [`bulk_copy`], in each block of `mask`: each must expect the bytes on its barrier and
+/// not read or reuse `dst` until that barrier's phase completes.
+#[inline(always)]
+pub unsafe fn bulk_copy_multicast(
+    dst: super::Smem,
+    src: *const u8,
+    bytes: u32,
+    b: super::Smem,
+    mask: u16,
+) {
+    asm!(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{s}], {n}, [{b}], {m};",
+        d = in(reg32) dst.0, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) b.0, m = in(reg16) mask,
+        options(nostack)
+    );
+}

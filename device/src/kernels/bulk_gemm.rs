@@ -38,6 +38,17 @@
 //! rows of a token, so every store is a bf16 pair ([`store_block`]). A split unit stores f32
 //! partials; the last of a tile's splits to finish (counted among the consumer warps, the
 //! producer being on in the next unit) sums them in split order.
+//!
+//! The `_x2` entry points run the same kernels in clusters of two blocks (declared
+//! `.reqnctapercluster 2` by the build): a unit is a pair of tiles of one row block and two
+//! adjacent token blocks, one a block, so both read the same weight chunks. Each block copies
+//! half of a chunk's 16 weight tiles (gate's or up's, the wide block's first or second half)
+//! into both blocks' stage at once (`cp.async.bulk … .multicast::cluster`), completing on
+//! each block's full barrier, and its own tokens by TMA: 32 KiB of L2 reads a block and chunk
+//! instead of 48. A stage is free again once both blocks' consumers have released it (each
+//! consumer warp arrives on its own and its partner's empty barrier), so the pair runs its
+//! ring in lockstep. The host uses them over an even number of token blocks
+//! (`DENSEFFN_GEMM_PAIR=0` turns them off).
 use super::wgemm::{act_mul, sum_splits, write_split_sums};
 use crate::dsl::*;
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
@@ -119,7 +130,7 @@ const FULL_ARRIVALS: u32 = 1;
 /// the ring chunk `stages` before it. `xmap`: the generic address of the activations' tensor
 /// map (`GemmParams::xmap`).
 #[inline(always)]
-unsafe fn produce<const DUAL: bool>(
+unsafe fn produce<const DUAL: bool, const PAIR: bool>(
     p: &GemmParams,
     ring: &Ring,
     xmap: u64,
@@ -137,9 +148,15 @@ unsafe fn produce<const DUAL: bool>(
     let valid = |s: u32| row_tiles.saturating_sub(first(s)).min(ROW_TILES);
     // The activations' box is always whole (tokens past the last read as zeros).
     let bytes = (valid(0) + valid(1)) * TILE_BYTES + X_BYTES;
-    // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`.
+    // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`. A cluster pair shares the
+    // weights (both blocks have the same row tile and chunks): block `rank` copies slice
+    // `rank` to both blocks' stage (multicast), so each block still receives every tile.
     let (sl, rt) = (pt / ROW_TILES, pt % ROW_TILES);
-    let copies = sl < 2 && rt < valid(sl);
+    let copies = if PAIR {
+        sl == cluster_rank() && rt < valid(sl)
+    } else {
+        sl < 2 && rt < valid(sl)
+    };
     let w = (if DUAL && sl == 1 { p.w1 } else { p.w0 }) as *const u8;
     let rt0 = first(sl);
     for j in 0..chunks {
@@ -156,12 +173,12 @@ unsafe fn produce<const DUAL: bool>(
         }
         if copies {
             let src = w.add((((rt0 + rt) * k_tiles + c) * TILE_BYTES) as usize);
-            bulk_copy(
-                st.add(X_BYTES + (sl * ROW_TILES + rt) * TILE_BYTES),
-                src,
-                TILE_BYTES,
-                full,
-            );
+            let dst = st.add(X_BYTES + (sl * ROW_TILES + rt) * TILE_BYTES);
+            if PAIR {
+                bulk_copy_multicast(dst, src, TILE_BYTES, full, 0b11);
+            } else {
+                bulk_copy(dst, src, TILE_BYTES, full);
+            }
         }
     }
 }
@@ -173,7 +190,7 @@ unsafe fn produce<const DUAL: bool>(
 /// `wgmma.m64n256k16` a 16-column step: `acc[4f + i]` is token `16·(warp % 4) + g + 8·(i / 2)`
 /// of the warpgroup's, row `8f + 2t + i % 2` of the block's.
 #[inline(always)]
-unsafe fn consume(ring: &Ring, i0: u32, chunks: u32, acc: &mut [f32; 128]) {
+unsafe fn consume<const PAIR: bool>(ring: &Ring, i0: u32, chunks: u32, acc: &mut [f32; 128]) {
     let wg = warp_id() / 4;
     for j in 0..chunks {
         let i = i0 + j;
@@ -197,12 +214,22 @@ unsafe fn consume(ring: &Ring, i0: u32, chunks: u32, acc: &mut [f32; 128]) {
         wgmma_commit();
         wgmma_wait::<1>();
         if j >= 1 && lane() == 0 {
-            mbar_arrive(ring.empty(i - 1));
+            release::<PAIR>(ring.empty(i - 1));
         }
     }
     wgmma_wait::<0>();
     if chunks > 0 && lane() == 0 {
-        mbar_arrive(ring.empty(i0 + chunks - 1));
+        release::<PAIR>(ring.empty(i0 + chunks - 1));
+    }
+}
+
+/// A consumer warp's release of a stage: an arrival on its empty barrier, and with `PAIR` on
+/// the partner block's too (the partner's producer multicasts into this block's stage).
+#[inline(always)]
+unsafe fn release<const PAIR: bool>(empty: Smem) {
+    mbar_arrive(empty);
+    if PAIR {
+        mbar_arrive_cluster(cluster_address(empty, cluster_rank() ^ 1));
     }
 }
 
@@ -275,23 +302,33 @@ unsafe fn store_block<const DUAL: bool>(
 /// splits, when K is split.
 #[derive(Clone, Copy)]
 struct Unit {
-    lin: u32,
     tile: (u32, u32),
     split: Option<u32>,
     chunks: (u32, u32),
+    /// This block's split tile, which its split counter and partials are indexed by: the
+    /// single projection's `cluster · lin + rank`, the gate+up tail's `cluster · (lin −
+    /// split_from) + rank` (0 for its whole tiles).
+    id: u32,
+    /// A pair's second tile past the last token block: computed (on zeros), never stored.
+    phantom: bool,
 }
 
 /// Unit `u` of a launch ([`gemm_bulk_units`] of them): without a split, tile `u`; the gate+up
 /// kernel's tail split runs tiles `0 .. split_from` whole, then `splits` units a tile (its
 /// splits in order); the single projection's split, split `u / tiles` of tile `u % tiles`.
 #[inline(always)]
-fn unit<const DUAL: bool, const SPLIT: bool>(p: &GemmParams, u: u32) -> Unit {
+fn unit<const DUAL: bool, const SPLIT: bool>(
+    p: &GemmParams,
+    u: u32,
+    (c, rank): (u32, u32),
+) -> Unit {
     let rows = if DUAL {
         GEMM_WG_ROWS
     } else {
         GEMM_BULK_WIDE_ROWS
     };
-    let grid = (p.n.div_ceil(rows), p.tokens.div_ceil(GEMM_WG_TOKENS));
+    let token_blocks = p.tokens.div_ceil(GEMM_WG_TOKENS);
+    let grid = (p.n.div_ceil(rows), token_blocks.div_ceil(c));
     let tiles = grid.0 * grid.1;
     let splits = p.splits.max(1);
     let (lin, split) = if !SPLIT || splits == 1 {
@@ -314,46 +351,75 @@ fn unit<const DUAL: bool, const SPLIT: bool>(p: &GemmParams, u: u32) -> Unit {
         }
         None => (0, k_tiles),
     };
+    let (r, tg) = super::tile_of(lin, GEMM_WG_GROUP, grid);
+    let tile = (r, c * tg + rank);
     Unit {
-        lin,
-        tile: super::tile_of(lin, GEMM_WG_GROUP, grid),
+        tile,
         split,
         chunks,
+        id: c * if DUAL {
+            lin.saturating_sub(p.split_from)
+        } else {
+            lin
+        } + rank,
+        phantom: tile.1 >= token_blocks,
     }
 }
 
 /// The persistent driver: block `b` runs units `b, b + gridDim.x, …` (`gemm_bulk_units`), its
 /// producer warpgroup running ahead into the next unit's chunks while the consumers store
-/// the last one's outputs; the ring's chunk count runs on across units.
+/// the last one's outputs; the ring's chunk count runs on across units. With `PAIR` the
+/// launch is in clusters of two blocks, cluster `c` running units `c, c + gridDim.x / 2, …`,
+/// each a pair of tiles of one row block and adjacent token blocks (block rank `q` the
+/// second's `q`): the pair reads the same weight chunks, each block copying half of them to
+/// both (multicast), so the pair's stages fill in lockstep and a stage is free again only
+/// once both blocks' consumers have released it (its empty barrier counts both).
 #[inline(always)]
-unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool>(p: &GemmParams, xmap: u64) {
+unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool, const PAIR: bool>(
+    p: &GemmParams,
+    xmap: u64,
+) {
     let ring = Ring::new();
+    let c = if PAIR { 2 } else { 1 };
+    let rank = if PAIR { cluster_rank() } else { 0 };
     if thread_x() == 32 * CONSUMER_WARPS {
         prefetch_tensormap(xmap);
     }
     if thread_x() == 0 {
         for s in 0..ring.stages {
             mbar_init(ring.full(s), FULL_ARRIVALS);
-            mbar_init(ring.empty(s), CONSUMER_WARPS);
+            mbar_init(ring.empty(s), c * CONSUMER_WARPS);
         }
         fence_mbarrier_init();
     }
-    sync_threads();
-    let units = gemm_bulk_units(DUAL, p);
+    // The partner's barriers must be initialised before this block's first remote arrival or
+    // multicast names them.
+    if PAIR {
+        cluster_sync();
+    } else {
+        sync_threads();
+    }
+    let units = gemm_bulk_units(DUAL, c, p);
     let producer = warp_id() >= CONSUMER_WARPS;
     let mut i0 = 0;
-    let mut u = block_x();
+    let mut u = block_x() / c;
     while u < units {
-        let w = unit::<DUAL, SPLIT>(p, u);
+        let w = unit::<DUAL, SPLIT>(p, u, (c, rank));
         if producer {
-            produce::<DUAL>(p, &ring, xmap, w.tile, w.chunks, i0);
+            produce::<DUAL, PAIR>(p, &ring, xmap, w.tile, w.chunks, i0);
         } else {
             let mut acc = [0.0f32; 128];
-            consume(&ring, i0, w.chunks.1, &mut acc);
-            store_unit::<DUAL>(p, &ring, w, &acc);
+            consume::<PAIR>(&ring, i0, w.chunks.1, &mut acc);
+            if !w.phantom {
+                store_unit::<DUAL>(p, &ring, w, &acc);
+            }
         }
         i0 += w.chunks.1;
-        u += grid_x();
+        u += grid_x() / c;
+    }
+    // No block leaves while its partner may still multicast into it or arrive on its barriers.
+    if PAIR {
+        cluster_sync();
     }
 }
 
@@ -369,7 +435,7 @@ unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc
     // The consumer warps only: the producer is on in the next unit.
     let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
     if DUAL {
-        let t = w.lin - p.split_from;
+        let t = w.id;
         store_gate_up_partials(p, (t, z), acc, s);
         let counter = (p.counters as *mut u32).add(t as usize);
         if last_to_finish(counter, p.splits, ring.flag(), sync) {
@@ -377,7 +443,7 @@ unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc
         }
     } else {
         store_block::<DUAL>(p, w.tile, Some(z), acc, s);
-        let counter = (p.counters as *mut u32).add(w.lin as usize);
+        let counter = (p.counters as *mut u32).add(w.id as usize);
         if last_to_finish(counter, p.splits, ring.flag(), sync) {
             write_split_sums(
                 p,
@@ -446,7 +512,7 @@ unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
 /// shared memory [`crate::params::GEMM_BULK_SMEM_BYTES`].
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
-    bulk_gemm::<true, false>(
+    bulk_gemm::<true, false, false>(
         &p,
         crate::param_block_address!("bf16_gemm_gate_up_act", XMAP),
     )
@@ -458,7 +524,7 @@ pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
 /// sums the f32 partials of gate and up and applies the activation.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
-    bulk_gemm::<true, true>(
+    bulk_gemm::<true, true, false>(
         &p,
         crate::param_block_address!("bf16_gemm_gate_up_act_splitk", XMAP),
     )
@@ -469,12 +535,45 @@ pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
 /// gate+up kernel's.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm(p: GemmParams) {
-    bulk_gemm::<false, false>(&p, crate::param_block_address!("bf16_gemm", XMAP))
+    bulk_gemm::<false, false, false>(&p, crate::param_block_address!("bf16_gemm", XMAP))
 }
 
 /// `bf16_gemm` with K split `GemmParams::splits` ways (a unit a split of a tile): f32
 /// partials in `GemmParams::ws`, summed by the last block to finish each tile.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk(p: GemmParams) {
-    bulk_gemm::<false, true>(&p, crate::param_block_address!("bf16_gemm_splitk", XMAP))
+    bulk_gemm::<false, true, false>(&p, crate::param_block_address!("bf16_gemm_splitk", XMAP))
+}
+
+/// `bf16_gemm_gate_up_act` in clusters of two blocks (declared `.reqnctapercluster 2` by the
+/// build) over pairs of token tiles, each weight chunk copied once per pair and multicast
+/// ([`crate::params::GemmShape::cluster`]); units and grid in pairs
+/// ([`crate::params::gemm_bulk_units`]).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_x2(p: GemmParams) {
+    bulk_gemm::<true, false, true>(
+        &p,
+        crate::param_block_address!("bf16_gemm_gate_up_act_x2", XMAP),
+    )
+}
+
+/// `bf16_gemm_gate_up_act_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk_x2(p: GemmParams) {
+    bulk_gemm::<true, true, true>(
+        &p,
+        crate::param_block_address!("bf16_gemm_gate_up_act_splitk_x2", XMAP),
+    )
+}
+
+/// `bf16_gemm` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_x2(p: GemmParams) {
+    bulk_gemm::<false, false, true>(&p, crate::param_block_address!("bf16_gemm_x2", XMAP))
+}
+
+/// `bf16_gemm_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk_x2(p: GemmParams) {
+    bulk_gemm::<false, true, true>(&p, crate::param_block_address!("bf16_gemm_splitk_x2", XMAP))
 }
