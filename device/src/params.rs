@@ -384,37 +384,27 @@ pub const GEMM_BULK_SMEM_BYTES: u32 = {
     GEMM_BULK_STAGES * stage + 1024 + GEMM_BULK_BARRIER_BYTES
 };
 
-/// Columns per pipeline stage of the FP8 × FP8 prefill GEMMs (`w8a8_gemm*`,
-/// `kernels::w8a8`): two 64-column tiles per warp and projection, 128-byte activation rows.
-pub const W8A8_STAGE_K: u32 = 128;
-
-/// Row blocks per group of the block order of the `wgmma` GEMMs over formats read by
-/// descriptor (BF16), as [`W8A8_GROUP`]: with both operands handed to the tensor cores from
-/// shared memory, Nsight Compute put `bf16_gemm_gate_up_act` (8B, N = 4096, row blocks fastest)
-/// at 88% of DRAM bandwidth, the weights read once per token block.
+/// Row blocks per group of the block order of the persistent prefill GEMMs (BF16 and FP8 ×
+/// FP8, `kernels::bulk_gemm`): the blocks resident at one time walk a group's row blocks, then
+/// the next token block, so they share a few weight slabs. With both operands handed to the
+/// tensor cores from shared memory, Nsight Compute put `bf16_gemm_gate_up_act` (8B, N = 4096,
+/// row blocks fastest) at 88% of DRAM bandwidth, the weights read once per token block; an FP8
+/// × FP8 GEMM of 2026-12-04 read 3.27 GB from DRAM for 8B gate+up at N = 4096 in that order,
+/// 28× its 117 MB of weights.
 pub const GEMM_WG_GROUP: u32 = 8;
 
-/// Row blocks per group of the FP8 × FP8 GEMMs' block order: the blocks of a group walk its
-/// row blocks, then the next token block, so the blocks resident at one time share a few
-/// weight slabs (read from DRAM about once per `resident / GROUP` token blocks instead of once
-/// per token block: Nsight Compute measured 3.27 GB of DRAM reads for 8B gate+up at N = 4096
-/// with row blocks fastest, 28× its 117 MB of weights).
-pub const W8A8_GROUP: u32 = 8;
-
-/// Bytes of one stage of an FP8 × FP8 prefill GEMM: the activations (tokens × 128 E4M3,
-/// 128-byte swizzle), then per projection the block's 8 × 2 FP8 tiles' codes, then one 4-byte
-/// scale per row tile (its first tile's: the two tiles of a stage share their 128 × 128 block,
-/// so their scales are equal); rounded up to 1024 bytes.
+/// Bytes of one stage of an FP8 × FP8 prefill GEMM (`kernels::w8a8`): 128 columns of K, i.e.
+/// the activations (128 tokens × 128 E4M3, 128-byte swizzle) and per 128-row slice (gate's and
+/// up's, or the single projection's one) its 8 row tiles' two FP8 tiles each (2 KiB a row
+/// tile, as they lie in global memory).
 pub const fn w8a8_stage_bytes(dual: bool) -> u32 {
     use crate::formats::tiles::TileFormat;
-    let proj = if dual { 2 } else { 1 };
-    let codes = TileFormat::Fp8.code_bytes() as u32;
-    (GEMM_WG_TOKENS * 128 + proj * 16 * codes + proj * 8 * 4).div_ceil(1024) * 1024
+    let slices = if dual { 2 } else { 1 };
+    GEMM_WG_TOKENS * 128 + slices * 8 * 2 * TileFormat::Fp8.code_bytes() as u32
 }
 
 /// Pipeline stages of an FP8 × FP8 prefill GEMM: as many as fit one block per SM (gate+up 4 of
-/// 49 KB, down 6 of 33 KB). The first `stages − 1` are copied before the loop; opening stage
-/// `i` copies stage `i + stages − 2`, so copies run `stages − 2` stages ahead of the products.
+/// 48 KiB, the single projection 6 of 32 KiB); the barriers hold up to 7.
 pub const fn w8a8_stages(dual: bool) -> u32 {
     if dual {
         4
@@ -423,9 +413,10 @@ pub const fn w8a8_stages(dual: bool) -> u32 {
     }
 }
 
-/// Dynamic shared memory of an FP8 × FP8 prefill GEMM block (stages + 1024 for alignment).
+/// Dynamic shared memory of an FP8 × FP8 prefill GEMM block: the stages, 1024 bytes to align
+/// the first, then the barriers (as [`GEMM_BULK_SMEM_BYTES`]).
 pub const fn w8a8_smem_bytes(dual: bool) -> u32 {
-    w8a8_stages(dual) * w8a8_stage_bytes(dual) + 1024
+    w8a8_stages(dual) * w8a8_stage_bytes(dual) + 1024 + GEMM_BULK_BARRIER_BYTES
 }
 
 /// How a prefill GEMM entry point is launched: rows and tokens per block (grid
@@ -452,15 +443,14 @@ pub struct GemmShape {
     pub cluster: u32,
 }
 
-/// Units of work of a BF16 prefill GEMM launch (`kernels::bulk_gemm`, persistent), `dual`:
-/// gate+up (128 + 128-row tiles), else the single projection (256-row tiles), 128 tokens a
-/// tile, `cluster` (1 or 2) blocks a unit: its tiles (with `cluster` 2, pairs of tiles of
-/// adjacent token blocks, [`gemm_pair_tiles`]); with K split `p.splits` ways, the gate+up
-/// kernel's whole tiles `0 .. split_from` plus `splits` units a tile after (the tail split),
-/// the single projection's `splits` units a tile.
+/// Units of work of a persistent prefill GEMM launch (`kernels::bulk_gemm`: BF16 and FP8 × FP8)
+/// of `rows`-row tiles (`dual`: gate+up), 128 tokens a tile, `cluster` (1 or 2) blocks a unit:
+/// its tiles (with `cluster` 2, pairs of tiles of adjacent token blocks, [`gemm_pair_tiles`]);
+/// with K split `p.splits` ways, the gate+up kernel's whole tiles `0 .. split_from` plus
+/// `splits` units a tile after (the tail split), the single projection's `splits` units a tile.
 #[inline(always)]
-pub fn gemm_bulk_units(dual: bool, cluster: u32, p: &GemmParams) -> u32 {
-    let tiles = gemm_pair_tiles(dual, cluster, p.n, p.tokens);
+pub fn gemm_bulk_units(dual: bool, rows: u32, cluster: u32, p: &GemmParams) -> u32 {
+    let tiles = gemm_pair_tiles(rows, cluster, p.n, p.tokens);
     let splits = p.splits.max(1);
     if splits == 1 {
         tiles
@@ -471,16 +461,11 @@ pub fn gemm_bulk_units(dual: bool, cluster: u32, p: &GemmParams) -> u32 {
     }
 }
 
-/// Output tiles of a BF16 prefill GEMM (`dual`: gate+up's 128-row tiles, else 256-row) over
-/// `n` rows and `tokens` tokens, counted in groups of `cluster` tiles of adjacent token blocks
-/// (the last group of an odd count has one tile; its partner computes nothing it stores).
+/// Output tiles of `rows` rows × 128 tokens of a persistent prefill GEMM over `n` rows and
+/// `tokens` tokens, counted in groups of `cluster` tiles of adjacent token blocks (the last
+/// group of an odd count has one tile; its partner computes nothing it stores).
 #[inline(always)]
-pub fn gemm_pair_tiles(dual: bool, cluster: u32, n: u32, tokens: u32) -> u32 {
-    let rows = if dual {
-        GEMM_WG_ROWS
-    } else {
-        GEMM_BULK_WIDE_ROWS
-    };
+pub fn gemm_pair_tiles(rows: u32, cluster: u32, n: u32, tokens: u32) -> u32 {
     n.div_ceil(rows) * tokens.div_ceil(GEMM_WG_TOKENS).div_ceil(cluster.max(1))
 }
 
@@ -491,7 +476,9 @@ pub fn gemm_pair_tiles(dual: bool, cluster: u32, n: u32, tokens: u32) -> u32 {
 pub fn gemm_grid(shape: &GemmShape, dual: bool, p: &GemmParams, sm_count: u32) -> (u32, u32, u32) {
     if shape.persistent {
         let c = shape.cluster.max(1);
-        let groups = gemm_bulk_units(dual, c, p).min(sm_count / c).max(1);
+        let groups = gemm_bulk_units(dual, shape.rows, c, p)
+            .min(sm_count / c)
+            .max(1);
         (c * groups, 1, 1)
     } else {
         (
@@ -506,15 +493,20 @@ pub fn gemm_grid(shape: &GemmShape, dual: bool, p: &GemmParams, sm_count: u32) -
 /// prefill GEMM. Host side only.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
+    let cluster = if kernel.ends_with(GEMM_PAIR_SUFFIX) {
+        2
+    } else {
+        1
+    };
     if kernel.starts_with("w8a8_gemm") {
         return Some(GemmShape {
             rows: GEMM_WG_ROWS,
             tokens: GEMM_WG_TOKENS,
-            threads: 256,
+            threads: GEMM_BULK_THREADS,
             smem: w8a8_smem_bytes(dual),
-            persistent: false,
-            x_map: false,
-            cluster: 1,
+            persistent: true,
+            x_map: true,
+            cluster,
         });
     }
     if kernel.starts_with("bf16_gemm") {
@@ -529,11 +521,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             smem: GEMM_BULK_SMEM_BYTES,
             persistent: true,
             x_map: true,
-            cluster: if kernel.ends_with(GEMM_PAIR_SUFFIX) {
-                2
-            } else {
-                1
-            },
+            cluster,
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES

@@ -70,6 +70,8 @@ pub(crate) const KERNELS: &[&str] = &[
     "quantize_e4m3_act",
     "w8a8_gemm_gate_up_act",
     "w8a8_gemm",
+    "w8a8_gemm_gate_up_act_x2",
+    "w8a8_gemm_x2",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -594,10 +596,11 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
             return bad("split-K counters not zero at launch".into());
         }
     }
-    Ok(if shape.x_map {
-        XSource::Map
-    } else if l.kernel.starts_with("w8a8") {
+    Ok(if l.kernel.starts_with("w8a8") {
+        e4m3_map_check(p)?;
         XSource::E4m3
+    } else if shape.x_map {
+        XSource::Map
     } else {
         XSource::Bf16
     })
@@ -682,6 +685,28 @@ fn quantize_e4m3(mem: &mut Memory, p: &Q8Params) -> Result<()> {
     mem.write(p.qs, t * k)?.copy_from_slice(&qs);
     mem.write(p.ds, t * 4)?
         .copy_from_slice(bytemuck::cast_slice(&inv));
+    Ok(())
+}
+
+/// What an FP8 × FP8 GEMM relies on from its tensor map: a CPU map of its E4M3 codes `[tokens][k]`
+/// at `x`, viewed as 2-byte elements (`k / 2` of them a row) in boxes of [`GEMM_WG_TOKENS`] ×
+/// 64 (128 bytes). The CPU reference reads the codes at `x` itself.
+fn e4m3_map_check(p: &GemmParams) -> Result<()> {
+    let w = &p.xmap.0;
+    let want = [
+        CPU_MAP_TAG,
+        p.x,
+        p.tokens as u64,
+        p.k as u64 / 2,
+        GEMM_WG_TOKENS as u64,
+        TILE_K as u64,
+    ];
+    if w[..6] != want {
+        return Err(Error::Invalid(format!(
+            "w8a8_gemm: activation map {:x?} is not the CPU map of the E4M3 activations {want:x?}",
+            &w[..6]
+        )));
+    }
     Ok(())
 }
 

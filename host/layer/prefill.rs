@@ -359,10 +359,13 @@ impl DenseFfnLayer {
             }
         }
         if shape.x_map {
+            // The FP8 × FP8 GEMMs' E4M3 codes are mapped as 2-byte elements: a box of 64 of
+            // them is the stage's 128 columns.
+            let w8a8 = kernel.starts_with("w8a8");
             p.xmap = self.gpu().encode_tile_map(&TileMapSpec {
                 base: DevicePtr(p.x),
                 rows: p.tokens,
-                cols: p.k,
+                cols: if w8a8 { p.k / 2 } else { p.k },
                 box_rows: shape.tokens,
                 box_cols: TILE_K as u32,
             })?;
@@ -504,7 +507,7 @@ impl DenseFfnLayer {
     }
 }
 
-/// The cluster-pair (`_x2`) form of a BF16 GEMM entry point
+/// The cluster-pair (`_x2`) form of a persistent (BF16 or FP8 × FP8) GEMM entry point
 /// ([`denseffn_device::params::GemmShape::cluster`]).
 fn pair_variant(kernel: &str) -> Option<&'static str> {
     match kernel {
@@ -512,6 +515,8 @@ fn pair_variant(kernel: &str) -> Option<&'static str> {
         "bf16_gemm_gate_up_act_splitk" => Some("bf16_gemm_gate_up_act_splitk_x2"),
         "bf16_gemm" => Some("bf16_gemm_x2"),
         "bf16_gemm_splitk" => Some("bf16_gemm_splitk_x2"),
+        "w8a8_gemm_gate_up_act" => Some("w8a8_gemm_gate_up_act_x2"),
+        "w8a8_gemm" => Some("w8a8_gemm_x2"),
         _ => None,
     }
 }

@@ -426,11 +426,16 @@ fn launch_every_path(
         OverlayHost::random(OverlayKind::Fp8, h, i, 105)
             .install(&mut layer)
             .unwrap();
-        let mut ctx = ForwardContext::new(&layer, 64).unwrap();
+        let mut ctx = ForwardContext::new(&layer, PAIR_TOKENS).unwrap();
         for n in [5, 64] {
             seen.extend(layer.prefill_kernels(n));
             layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
         }
+        // Two 128-token blocks: its cluster-pair (`_x2`) entry points.
+        seen.extend(layer.prefill_kernels(PAIR_TOKENS));
+        layer
+            .forward_prefill(x_pair, PAIR_TOKENS, &mut ctx, 0)
+            .unwrap();
         gpu.synchronize(0).unwrap();
         // The NVFP4 W4A4 MMQ arm: an NVFP4 layer finalized for it.
         let mut layer = host.layer(gpu, act);

@@ -133,7 +133,10 @@ pub unsafe fn prefetch_tensormap(map: u64) {
 /// in the entry point named `$kernel` (ptxas rejects an unknown name).
 #[macro_export]
 macro_rules! param_block_address {
-    ($kernel:literal, $offset:expr) => {{
+    ($kernel:ident, $offset:expr) => {
+        $crate::param_block_address!(stringify!($kernel), $offset)
+    };
+    ($kernel:expr, $offset:expr) => {{
         let a: u64;
         // SAFETY: reads no memory; the name is the entry point's own parameter.
         unsafe {

@@ -248,3 +248,25 @@ pub fn wgmma_m64n256k16_bf16_ss(acc: &mut [f32; 128], a_desc: u64, b_desc: u64) 
         )
     };
 }
+
+/// `setmaxnreg.inc.sync.aligned.u32 N` (sm_90a): raises the calling warpgroup's registers a
+/// thread to `N` (a multiple of 8 in 24..=256), waiting until other warpgroups have released
+/// enough; ptxas then allocates up to `N` in the code that follows. Every warp of the
+/// warpgroup must execute it.
+///
+/// # Safety
+/// The block's warpgroups together must never ask for more registers than the launch holds.
+#[inline(always)]
+pub unsafe fn setmaxnreg_inc<const N: u32>() {
+    asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack));
+}
+
+/// `setmaxnreg.dec.sync.aligned.u32 N`: lowers the calling warpgroup's registers a thread to
+/// `N`, releasing the rest to warpgroups waiting in [`setmaxnreg_inc`].
+///
+/// # Safety
+/// As [`setmaxnreg_inc`]; the code that follows must fit `N` registers.
+#[inline(always)]
+pub unsafe fn setmaxnreg_dec<const N: u32>() {
+    asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nostack));
+}

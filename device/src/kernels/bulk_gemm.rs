@@ -58,22 +58,95 @@ use crate::params::{
     GEMM_BULK_WIDE_ROWS, GEMM_WG_GROUP, GEMM_WG_ROWS, GEMM_WG_TOKENS,
 };
 
+/// What a format decides in the persistent GEMM: its stages (chunks of K), its weight tiles'
+/// bytes, the rows of its single-projection block, its consumers' products and its epilogue.
+/// The producer warpgroup, the ring of stages, the units and the cluster pairs are shared
+/// ([`bulk_gemm`]). A stage holds the activation box (128 tokens × 128 bytes, 128-byte
+/// swizzle, by TMA) at its start, then per 128-row slice (gate's and up's; the single
+/// projection's [`BulkFormat::SINGLE_SLICES`]) its 8 row tiles' [`BulkFormat::CHUNK_TILES`]
+/// tiles, each row tile's one bulk copy (they lie back to back in global memory).
+pub(super) trait BulkFormat {
+    /// A consumer thread's accumulators over one unit.
+    type Acc;
+    /// 64-column tiles of K a stage carries.
+    const CHUNK_TILES: u32;
+    /// Bytes of one 16 × 64 weight tile.
+    const TILE_BYTES: u32;
+    /// 128-row slices of the single-projection block.
+    const SINGLE_SLICES: u32;
+    /// Registers a consumer thread gets by `setmaxnreg` (the producer warpgroup giving up
+    /// its share: 2 · 128 · (N − 168) = 128 · (168 − its)), or 0 to keep the launch's 168.
+    const CONSUMER_REGS: u32;
+    /// Bytes of a stage (`dual`: gate+up).
+    fn stage_bytes(dual: bool) -> u32;
+    /// Stages of the ring (at most 7).
+    fn stages(dual: bool) -> u32;
+    /// Accumulators at the start of a unit.
+    fn zero() -> Self::Acc;
+    /// A consumer warp, one unit: its products over the unit's chunks (the block's ring
+    /// chunks `i0 ..`), each stage released once its products are done.
+    unsafe fn consume<const DUAL: bool, const PAIR: bool>(
+        p: &GemmParams,
+        ring: &Ring,
+        w: &Unit,
+        i0: u32,
+        acc: &mut Self::Acc,
+    );
+    /// The consumers' epilogue of unit `w`.
+    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc: &Self::Acc);
+}
+
+/// The BF16 overlay's tiles (`wgmma` canonical layout, read by descriptor): 64 columns a stage.
+pub(super) struct Bf16Tiles;
+
+impl BulkFormat for Bf16Tiles {
+    type Acc = [f32; 128];
+    const CHUNK_TILES: u32 = 1;
+    const TILE_BYTES: u32 = TILE_BYTES;
+    const SINGLE_SLICES: u32 = GEMM_BULK_WIDE_ROWS / GEMM_WG_ROWS;
+    const CONSUMER_REGS: u32 = 0;
+    #[inline(always)]
+    fn stage_bytes(_dual: bool) -> u32 {
+        gemm_wg_stage_bytes(true, TILE_BYTES, 0)
+    }
+    #[inline(always)]
+    fn stages(_dual: bool) -> u32 {
+        GEMM_BULK_STAGES
+    }
+    #[inline(always)]
+    fn zero() -> [f32; 128] {
+        [0.0; 128]
+    }
+    #[inline(always)]
+    unsafe fn consume<const DUAL: bool, const PAIR: bool>(
+        _p: &GemmParams,
+        ring: &Ring,
+        w: &Unit,
+        i0: u32,
+        acc: &mut [f32; 128],
+    ) {
+        consume::<PAIR>(ring, i0, w.chunks.1, acc)
+    }
+    #[inline(always)]
+    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc: &[f32; 128]) {
+        store_unit::<DUAL>(p, ring, w, acc)
+    }
+}
+
 // The full and empty barriers (8 bytes a stage, 64 bytes apart) leave the flag slot free.
 const _: () = assert!(GEMM_BULK_STAGES <= 7 && GEMM_BULK_BARRIER_BYTES == 128);
 
-/// Bytes of one activation chunk in shared memory (tokens × 64 bf16).
-const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
+/// Bytes of one activation chunk in shared memory (tokens × 128 bytes: 64 bf16, 128 E4M3).
+pub(super) const X_BYTES: u32 = GEMM_WG_TOKENS * 128;
 /// Bytes of one 16 × 64 bf16 tile.
 const TILE_BYTES: u32 = TileFormat::Bf16.code_bytes() as u32;
 /// Row tiles per slice (a projection of the gate+up kernel, a half of the wide block).
-const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
-/// Where `GemmParams::xmap` lies in the parameter block.
-const XMAP: usize = core::mem::offset_of!(GemmParams, xmap);
+pub(super) const ROW_TILES: u32 = GEMM_WG_ROWS / TILE_ROWS as u32;
 /// Consumer warps (two warpgroups); the producer warpgroup follows them.
 const CONSUMER_WARPS: u32 = 8;
 
 /// The block's stages and barriers in shared memory.
-struct Ring {
+pub(super) struct Ring {
     base: Smem,
     stage_bytes: u32,
     stages: u32,
@@ -81,30 +154,30 @@ struct Ring {
 
 impl Ring {
     #[inline(always)]
-    fn new() -> Ring {
+    fn new(stage_bytes: u32, stages: u32) -> Ring {
         Ring {
             base: Smem((Smem::base().0 + 1023) & !1023),
-            stage_bytes: gemm_wg_stage_bytes(true, TILE_BYTES, 0),
-            stages: GEMM_BULK_STAGES,
+            stage_bytes,
+            stages,
         }
     }
 
     /// The stage of the block's chunk `i`.
     #[inline(always)]
-    fn stage(&self, i: u32) -> Smem {
+    pub(super) fn stage(&self, i: u32) -> Smem {
         self.base.add((i % self.stages) * self.stage_bytes)
     }
 
     /// The barrier that completes when chunk `i`'s copies have landed.
     #[inline(always)]
-    fn full(&self, i: u32) -> Smem {
+    pub(super) fn full(&self, i: u32) -> Smem {
         self.base
             .add(self.stages * self.stage_bytes + (i % self.stages) * 8)
     }
 
     /// The barrier that completes when every consumer warp is done with chunk `i`.
     #[inline(always)]
-    fn empty(&self, i: u32) -> Smem {
+    pub(super) fn empty(&self, i: u32) -> Smem {
         self.full(i).add(64)
     }
 
@@ -116,7 +189,7 @@ impl Ring {
 
     /// The parity of chunk `i`'s phase of its stage's barriers.
     #[inline(always)]
-    fn parity(&self, i: u32) -> u32 {
+    pub(super) fn parity(&self, i: u32) -> u32 {
         (i / self.stages) & 1
     }
 }
@@ -130,7 +203,7 @@ const FULL_ARRIVALS: u32 = 1;
 /// the ring chunk `stages` before it. `xmap`: the generic address of the activations' tensor
 /// map (`GemmParams::xmap`).
 #[inline(always)]
-unsafe fn produce<const DUAL: bool, const PAIR: bool>(
+unsafe fn produce<F: BulkFormat, const DUAL: bool, const PAIR: bool>(
     p: &GemmParams,
     ring: &Ring,
     xmap: u64,
@@ -141,43 +214,58 @@ unsafe fn produce<const DUAL: bool, const PAIR: bool>(
     let pt = thread_x() - 32 * CONSUMER_WARPS;
     let k_tiles = p.k / TILE_K as u32;
     let row_tiles = p.n / TILE_ROWS as u32;
-    // Slice `s`'s first row tile: gate's and up's are the same, the wide block's halves 8 apart.
-    let first = |s: u32| (if DUAL { tile.0 } else { 2 * tile.0 + s }) * ROW_TILES;
-    // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
-    // product row reads only its own row of A.
-    let valid = |s: u32| row_tiles.saturating_sub(first(s)).min(ROW_TILES);
-    // The activations' box is always whole (tokens past the last read as zeros).
-    let bytes = (valid(0) + valid(1)) * TILE_BYTES + X_BYTES;
-    // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`. A cluster pair shares the
-    // weights (both blocks have the same row tile and chunks): block `rank` copies slice
-    // `rank` to both blocks' stage (multicast), so each block still receives every tile.
-    let (sl, rt) = (pt / ROW_TILES, pt % ROW_TILES);
-    let copies = if PAIR {
-        sl == cluster_rank() && rt < valid(sl)
-    } else {
-        sl < 2 && rt < valid(sl)
+    let slices = if DUAL { 2 } else { F::SINGLE_SLICES };
+    // Slice `s`'s first row tile: gate's and up's are the same, the single projection's
+    // slices 8 apart.
+    let first = |s: u32| {
+        (if DUAL {
+            tile.0
+        } else {
+            F::SINGLE_SLICES * tile.0 + s
+        }) * ROW_TILES
     };
+    // Row tiles past the matrix are not copied: their rows' outputs are never stored, and a
+    // product row reads only its own row of the weights.
+    let valid = |s: u32| {
+        if s < slices {
+            row_tiles.saturating_sub(first(s)).min(ROW_TILES)
+        } else {
+            0
+        }
+    };
+    // Thread `pt`'s bulk copy: slice `pt / 8`, row tile `pt % 8`. A cluster pair shares the
+    // weights (both blocks have the same row tiles and chunks): block `rank` copies the first
+    // or second half of the stage's row tiles to both blocks' stage (multicast), so each block
+    // still receives every tile.
+    let (sl, rt) = (pt / ROW_TILES, pt % ROW_TILES);
+    let copies = rt < valid(sl) && (!PAIR || 2 * pt / (slices * ROW_TILES) == cluster_rank());
     let w = (if DUAL && sl == 1 { p.w1 } else { p.w0 }) as *const u8;
     let rt0 = first(sl);
+    let row_tile_bytes = F::CHUNK_TILES * F::TILE_BYTES;
     for j in 0..chunks {
         let i = i0 + j;
         if i >= ring.stages {
             mbar_wait(ring.empty(i), ring.parity(i) ^ 1);
         }
         let (st, full, c) = (ring.stage(i), ring.full(i), c_begin + j);
+        // The chunk's tiles of a row tile (the last chunk of an odd count of FP8 tiles: one).
+        let kt = c * F::CHUNK_TILES;
+        let tile_bytes = (k_tiles - kt).min(F::CHUNK_TILES) * F::TILE_BYTES;
         if pt == 0 {
-            mbar_arrive_expect_tx(full, bytes);
+            // The activations' box is always whole (tokens and columns past the ends read as
+            // zeros).
+            mbar_arrive_expect_tx(full, (valid(0) + valid(1)) * tile_bytes + X_BYTES);
             // The tile's tokens × this chunk's 64 columns: rows of 128 bytes, 16-byte pieces
             // swizzled by the row's index mod 8, the layout `desc_k128b` describes.
             tma_load_2d(st, xmap, (c * TILE_K as u32, tile.1 * GEMM_WG_TOKENS), full);
         }
         if copies {
-            let src = w.add((((rt0 + rt) * k_tiles + c) * TILE_BYTES) as usize);
-            let dst = st.add(X_BYTES + (sl * ROW_TILES + rt) * TILE_BYTES);
+            let src = w.add((((rt0 + rt) * k_tiles + kt) * F::TILE_BYTES) as usize);
+            let dst = st.add(X_BYTES + (sl * ROW_TILES + rt) * row_tile_bytes);
             if PAIR {
-                bulk_copy_multicast(dst, src, TILE_BYTES, full, 0b11);
+                bulk_copy_multicast(dst, src, tile_bytes, full, 0b11);
             } else {
-                bulk_copy(dst, src, TILE_BYTES, full);
+                bulk_copy(dst, src, tile_bytes, full);
             }
         }
     }
@@ -226,7 +314,7 @@ unsafe fn consume<const PAIR: bool>(ring: &Ring, i0: u32, chunks: u32, acc: &mut
 /// A consumer warp's release of a stage: an arrival on its empty barrier, and with `PAIR` on
 /// the partner block's too (the partner's producer multicasts into this block's stage).
 #[inline(always)]
-unsafe fn release<const PAIR: bool>(empty: Smem) {
+pub(super) unsafe fn release<const PAIR: bool>(empty: Smem) {
     mbar_arrive(empty);
     if PAIR {
         mbar_arrive_cluster(cluster_address(empty, cluster_rank() ^ 1));
@@ -301,32 +389,29 @@ unsafe fn store_block<const DUAL: bool>(
 /// `(row block, token block)`) and the chunks of K it covers; `split`: which of the tile's K
 /// splits, when K is split.
 #[derive(Clone, Copy)]
-struct Unit {
-    tile: (u32, u32),
+pub(super) struct Unit {
+    pub(super) tile: (u32, u32),
     split: Option<u32>,
-    chunks: (u32, u32),
+    /// The first chunk (stage) of K and how many.
+    pub(super) chunks: (u32, u32),
     /// This block's split tile, which its split counter and partials are indexed by: the
     /// single projection's `cluster · lin + rank`, the gate+up tail's `cluster · (lin −
     /// split_from) + rank` (0 for its whole tiles).
     id: u32,
     /// A pair's second tile past the last token block: computed (on zeros), never stored.
-    phantom: bool,
+    pub(super) phantom: bool,
 }
 
 /// Unit `u` of a launch ([`gemm_bulk_units`] of them): without a split, tile `u`; the gate+up
 /// kernel's tail split runs tiles `0 .. split_from` whole, then `splits` units a tile (its
 /// splits in order); the single projection's split, split `u / tiles` of tile `u % tiles`.
 #[inline(always)]
-fn unit<const DUAL: bool, const SPLIT: bool>(
+fn unit<F: BulkFormat, const DUAL: bool, const SPLIT: bool>(
     p: &GemmParams,
     u: u32,
     (c, rank): (u32, u32),
 ) -> Unit {
-    let rows = if DUAL {
-        GEMM_WG_ROWS
-    } else {
-        GEMM_BULK_WIDE_ROWS
-    };
+    let rows = block_rows::<F, DUAL>();
     let token_blocks = p.tokens.div_ceil(GEMM_WG_TOKENS);
     let grid = (p.n.div_ceil(rows), token_blocks.div_ceil(c));
     let tiles = grid.0 * grid.1;
@@ -349,7 +434,7 @@ fn unit<const DUAL: bool, const SPLIT: bool>(
             let c0 = z * p.chunks_per_split;
             (c0, (c0 + p.chunks_per_split).min(k_tiles) - c0)
         }
-        None => (0, k_tiles),
+        None => (0, k_tiles.div_ceil(F::CHUNK_TILES)),
     };
     let (r, tg) = super::tile_of(lin, GEMM_WG_GROUP, grid);
     let tile = (r, c * tg + rank);
@@ -375,11 +460,16 @@ fn unit<const DUAL: bool, const SPLIT: bool>(
 /// both (multicast), so the pair's stages fill in lockstep and a stage is free again only
 /// once both blocks' consumers have released it (its empty barrier counts both).
 #[inline(always)]
-unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool, const PAIR: bool>(
+pub(super) unsafe fn bulk_gemm<
+    F: BulkFormat,
+    const DUAL: bool,
+    const SPLIT: bool,
+    const PAIR: bool,
+>(
     p: &GemmParams,
     xmap: u64,
 ) {
-    let ring = Ring::new();
+    let ring = Ring::new(F::stage_bytes(DUAL), F::stages(DUAL));
     let c = if PAIR { 2 } else { 1 };
     let rank = if PAIR { cluster_rank() } else { 0 };
     if thread_x() == 32 * CONSUMER_WARPS {
@@ -399,27 +489,70 @@ unsafe fn bulk_gemm<const DUAL: bool, const SPLIT: bool, const PAIR: bool>(
     } else {
         sync_threads();
     }
-    let units = gemm_bulk_units(DUAL, c, p);
+    let units = gemm_bulk_units(DUAL, block_rows::<F, DUAL>(), c, p);
     let producer = warp_id() >= CONSUMER_WARPS;
+    let units = (units, c, rank);
+    if F::CONSUMER_REGS == PRODUCER_SHARE.1 {
+        // Each warpgroup in its own copy of the loop after its `setmaxnreg`, so that ptxas
+        // allocates the producer's code in its 40 registers.
+        if producer {
+            setmaxnreg_dec::<{ PRODUCER_SHARE.0 }>();
+            run_units::<F, DUAL, SPLIT, PAIR>(p, &ring, xmap, units, true);
+        } else {
+            setmaxnreg_inc::<{ PRODUCER_SHARE.1 }>();
+            run_units::<F, DUAL, SPLIT, PAIR>(p, &ring, xmap, units, false);
+        }
+    } else {
+        run_units::<F, DUAL, SPLIT, PAIR>(p, &ring, xmap, units, producer);
+    }
+    // No block leaves while its partner may still multicast into it or arrive on its barriers.
+    if PAIR {
+        cluster_sync();
+    }
+}
+
+/// This block's units (`units.0` of them in the launch, `units.1` blocks a unit, this block its
+/// `units.2`-th): `b, b + gridDim.x / c, …`, the ring's chunk count running on across them;
+/// the producer warpgroup fills their stages, the consumers multiply and store.
+#[inline(always)]
+unsafe fn run_units<F: BulkFormat, const DUAL: bool, const SPLIT: bool, const PAIR: bool>(
+    p: &GemmParams,
+    ring: &Ring,
+    xmap: u64,
+    (units, c, rank): (u32, u32, u32),
+    producer: bool,
+) {
     let mut i0 = 0;
     let mut u = block_x() / c;
     while u < units {
-        let w = unit::<DUAL, SPLIT>(p, u, (c, rank));
+        let w = unit::<F, DUAL, SPLIT>(p, u, (c, rank));
         if producer {
-            produce::<DUAL, PAIR>(p, &ring, xmap, w.tile, w.chunks, i0);
+            produce::<F, DUAL, PAIR>(p, ring, xmap, w.tile, w.chunks, i0);
         } else {
-            let mut acc = [0.0f32; 128];
-            consume::<PAIR>(&ring, i0, w.chunks.1, &mut acc);
+            let mut acc = F::zero();
+            F::consume::<DUAL, PAIR>(p, ring, &w, i0, &mut acc);
             if !w.phantom {
-                store_unit::<DUAL>(p, &ring, w, &acc);
+                F::store_unit::<DUAL>(p, ring, w, &acc);
             }
         }
         i0 += w.chunks.1;
         u += grid_x() / c;
     }
-    // No block leaves while its partner may still multicast into it or arrive on its barriers.
-    if PAIR {
-        cluster_sync();
+}
+
+/// Registers a thread of the producer warpgroup keeps, and a consumer's then, when a format
+/// asks for more than the launch's 168 ([`BulkFormat::CONSUMER_REGS`]): the 384 threads' 64512
+/// registers shared out again.
+pub(super) const PRODUCER_SHARE: (u32, u32) = (40, 232);
+const _: () = assert!(128 * PRODUCER_SHARE.0 + 256 * PRODUCER_SHARE.1 <= 384 * 168);
+
+/// Rows of a block: gate's and up's [`GEMM_WG_ROWS`] each, or the single projection's slices.
+#[inline(always)]
+fn block_rows<F: BulkFormat, const DUAL: bool>() -> u32 {
+    if DUAL {
+        GEMM_WG_ROWS
+    } else {
+        F::SINGLE_SLICES * GEMM_WG_ROWS
     }
 }
 
@@ -507,73 +640,48 @@ unsafe fn reduce_gate_up(p: &GemmParams, tile: (u32, u32), t: u32) {
     }
 }
 
-/// Prefill gate+up over the BF16 overlay with the activation fused: bf16 `act(g)·u` out.
-/// Block: [`crate::params::GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens;
-/// shared memory [`crate::params::GEMM_BULK_SMEM_BYTES`].
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act(p: GemmParams) {
-    bulk_gemm::<true, false, false>(
-        &p,
-        crate::param_block_address!("bf16_gemm_gate_up_act", XMAP),
-    )
+/// Defines persistent GEMM entry points: `name: Format, DUAL, SPLIT, PAIR;` each runs
+/// [`bulk_gemm`] with those parameters and its own parameter block's tensor map.
+macro_rules! bulk_entries {
+    ($($(#[$doc:meta])* $name:ident: $f:ty, $dual:literal, $split:literal, $pair:literal;)*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(p: GemmParams) {
+            bulk_gemm::<$f, $dual, $split, $pair>(
+                &p,
+                crate::param_block_address!($name, core::mem::offset_of!(GemmParams, xmap)),
+            )
+        }
+    )*};
 }
+pub(super) use bulk_entries;
 
-/// `bf16_gemm_gate_up_act` with K split `GemmParams::splits` ways for the tiles from
-/// `GemmParams::split_from` on: the last wave of tiles, which would leave SMs idle, runs as
-/// `splits` times as many units, each over part of K; the last block to finish such a tile
-/// sums the f32 partials of gate and up and applies the activation.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk(p: GemmParams) {
-    bulk_gemm::<true, true, false>(
-        &p,
-        crate::param_block_address!("bf16_gemm_gate_up_act_splitk", XMAP),
-    )
-}
-
-/// Prefill single projection over the BF16 overlay: bf16 out. Block: [`crate::params::GEMM_BULK_THREADS`]
-/// threads, [`GEMM_BULK_WIDE_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens; shared memory as the
-/// gate+up kernel's.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm(p: GemmParams) {
-    bulk_gemm::<false, false, false>(&p, crate::param_block_address!("bf16_gemm", XMAP))
-}
-
-/// `bf16_gemm` with K split `GemmParams::splits` ways (a unit a split of a tile): f32
-/// partials in `GemmParams::ws`, summed by the last block to finish each tile.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk(p: GemmParams) {
-    bulk_gemm::<false, true, false>(&p, crate::param_block_address!("bf16_gemm_splitk", XMAP))
-}
-
-/// `bf16_gemm_gate_up_act` in clusters of two blocks (declared `.reqnctapercluster 2` by the
-/// build) over pairs of token tiles, each weight chunk copied once per pair and multicast
-/// ([`crate::params::GemmShape::cluster`]); units and grid in pairs
-/// ([`crate::params::gemm_bulk_units`]).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_x2(p: GemmParams) {
-    bulk_gemm::<true, false, true>(
-        &p,
-        crate::param_block_address!("bf16_gemm_gate_up_act_x2", XMAP),
-    )
-}
-
-/// `bf16_gemm_gate_up_act_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_gate_up_act_splitk_x2(p: GemmParams) {
-    bulk_gemm::<true, true, true>(
-        &p,
-        crate::param_block_address!("bf16_gemm_gate_up_act_splitk_x2", XMAP),
-    )
-}
-
-/// `bf16_gemm` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_x2(p: GemmParams) {
-    bulk_gemm::<false, false, true>(&p, crate::param_block_address!("bf16_gemm_x2", XMAP))
-}
-
-/// `bf16_gemm_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bf16_gemm_splitk_x2(p: GemmParams) {
-    bulk_gemm::<false, true, true>(&p, crate::param_block_address!("bf16_gemm_splitk_x2", XMAP))
+bulk_entries! {
+    /// Prefill gate+up over the BF16 overlay with the activation fused: bf16 `act(g)·u` out.
+    /// Block: [`crate::params::GEMM_BULK_THREADS`] threads, [`GEMM_WG_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens;
+    /// shared memory [`crate::params::GEMM_BULK_SMEM_BYTES`].
+    bf16_gemm_gate_up_act: Bf16Tiles, true, false, false;
+    /// `bf16_gemm_gate_up_act` with K split `GemmParams::splits` ways for the tiles from
+    /// `GemmParams::split_from` on: the last wave of tiles, which would leave SMs idle, runs as
+    /// `splits` times as many units, each over part of K; the last block to finish such a tile
+    /// sums the f32 partials of gate and up and applies the activation.
+    bf16_gemm_gate_up_act_splitk: Bf16Tiles, true, true, false;
+    /// Prefill single projection over the BF16 overlay: bf16 out. Block: [`crate::params::GEMM_BULK_THREADS`]
+    /// threads, [`GEMM_BULK_WIDE_ROWS`] rows × [`GEMM_WG_TOKENS`] tokens; shared memory as the
+    /// gate+up kernel's.
+    bf16_gemm: Bf16Tiles, false, false, false;
+    /// `bf16_gemm` with K split `GemmParams::splits` ways (a unit a split of a tile): f32
+    /// partials in `GemmParams::ws`, summed by the last block to finish each tile.
+    bf16_gemm_splitk: Bf16Tiles, false, true, false;
+    /// `bf16_gemm_gate_up_act` in clusters of two blocks (declared `.reqnctapercluster 2` by the
+    /// build) over pairs of token tiles, each weight chunk copied once per pair and multicast
+    /// ([`crate::params::GemmShape::cluster`]); units and grid in pairs
+    /// ([`crate::params::gemm_bulk_units`]).
+    bf16_gemm_gate_up_act_x2: Bf16Tiles, true, false, true;
+    /// `bf16_gemm_gate_up_act_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+    bf16_gemm_gate_up_act_splitk_x2: Bf16Tiles, true, true, true;
+    /// `bf16_gemm` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+    bf16_gemm_x2: Bf16Tiles, false, false, true;
+    /// `bf16_gemm_splitk` in cluster pairs, as `bf16_gemm_gate_up_act_x2`.
+    bf16_gemm_splitk_x2: Bf16Tiles, false, true, true;
 }
