@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# 2026-12-07 s15 (≤ 420 s): the FP8 × FP8 gate+up GEMM's tail split (the last wave's units split
+# over K, as BF16's). Bundle: `cargo xtask gpu-bundle --gpu-only --base 21270be` (base = the
+# bulk w8a8 without the split), lib.sh and this script beside bin/. (1) w8a8 GPU test (full
+# shapes: N = 511 and 4096 split on 132 SMs) and every entry point; racecheck and memcheck of
+# the w8a8 test on small shapes; (2) w8a8 prefill: base, this, this with
+# DENSEFFN_GEMM_TAIL_SPLIT=0; (3) per-kernel times of 8B N = 512 (ncu, clocks not locked).
+. "$(dirname "$0")/lib.sh"
+t w8a8-tests 150 "$here/bin/test-gpu" --test-threads=1 --nocapture w8a8 every_kernel
+export DENSEFFN_GPU_TEST_SMALL=1
+t racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 1 "$here/bin/test-gpu" --test-threads=1 w8a8
+t memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test-gpu" --test-threads=1 w8a8
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/racecheck.log" "$out/memcheck.log" | tail -3
+unset DENSEFFN_GPU_TEST_SMALL
+export DENSEFFN_FFN_W8A8=1
+for s in -base "" nosplit; do
+  bin="$here/bin/denseffn${s/nosplit/}"; [ "$s" = nosplit ] && export DENSEFFN_GEMM_TAIL_SPLIT=0
+  s0=$SECONDS; timeout 60 "$bin" bench --backend cuda --shapes 8b,70b --formats fp8 --m 1 --n 512,4096 --out "$out/w8a8$s" > "$out/w8a8$s.log" 2>&1; echo "== w8a8$s rc=$? $((SECONDS-s0))s"
+  grep -E "prefill" "$out/w8a8$s/bench.md" | cut -d'|' -f2,3,4,6,7,8,9,10
+done
+unset DENSEFFN_GEMM_TAIL_SPLIT
+timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"w8a8|quantize" -c 12 "$here/bin/denseffn" bench --backend cuda --shapes 8b --formats fp8 --m 1 --n 512 --out "$out/ncu-b" > "$out/ncu.log" 2>&1; echo "== ncu rc=$?"
+grep -E "w8a8|quantize|gpu__time" "$out/ncu.log" | paste - - | awk '{print $1, $(NF)}' | tail -12
+rm -rf "$out/ncu-b"
+tar czf /tmp/r.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/r.tgz "$out/"
