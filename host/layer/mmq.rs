@@ -371,14 +371,15 @@ impl DenseFfnLayer {
 
     /// Launches a per-token activation quantizer (`quantize_nvfp4_act`, `quantize_e4m3_act`):
     /// one block of `threads` per token over `x` (bf16 `[n][k]`) into `s`'s codes and scales,
-    /// with a shared-memory slot per warp for the block's maximum.
+    /// with a shared-memory slot per warp for the block's maximum; `dependent`: as the
+    /// programmatic dependent of the kernel before it (the quantizer waits for it first).
     pub(crate) fn launch_token_quantize(
         &self,
         kernel: &'static str,
         threads: u32,
         (x, k, n): (DevicePtr, usize, usize),
         s: &MmqScratch,
-        stream: u64,
+        (stream, dependent): (u64, bool),
     ) -> Result<()> {
         let p = Q8Params {
             x: x.0,
@@ -387,16 +388,18 @@ impl DenseFfnLayer {
             tokens: n as u32,
             k: k as u32,
         };
-        self.gpu.launch(
-            &Launch {
-                kernel,
-                grid: (n as u32, 1, 1),
-                block: (threads, 1, 1),
-                smem: threads / 32 * 4,
-                params: p.as_bytes(),
-            },
-            stream,
-        )
+        let l = Launch {
+            kernel,
+            grid: (n as u32, 1, 1),
+            block: (threads, 1, 1),
+            smem: threads / 32 * 4,
+            params: p.as_bytes(),
+        };
+        if dependent {
+            self.gpu.launch_dependent(&l, stream)
+        } else {
+            self.gpu.launch(&l, stream)
+        }
     }
 
     fn launch_quantize(

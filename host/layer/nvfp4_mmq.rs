@@ -295,7 +295,7 @@ impl DenseFfnLayer {
             NVFP4_ACT_THREADS,
             (input, h, n),
             s,
-            stream,
+            (stream, false),
         )?;
         let gu = W4a4Params {
             w0: m.gate.codes.ptr().0,

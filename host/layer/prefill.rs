@@ -388,7 +388,9 @@ impl DenseFfnLayer {
             smem: shape.smem,
             params: p.as_bytes(),
         };
-        if p.lora_rank != 0 {
+        // The FP8 × FP8 GEMMs wait for their quantized input (`griddepcontrol.wait`) after
+        // setting up their barriers, so they start under the quantizer's tail.
+        if p.lora_rank != 0 || kernel.starts_with("w8a8") {
             self.gpu().launch_dependent(&launch, stream)
         } else {
             self.gpu().launch(&launch, stream)

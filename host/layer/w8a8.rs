@@ -58,8 +58,16 @@ impl DenseFfnLayer {
             super::FfnActivation::Gelu => 2,
         };
         let (q, d) = (s.q.ptr().0, s.d.ptr().0);
-        let quantize = |x: DevicePtr, k: usize| {
-            self.launch_token_quantize(kernels::QUANTIZE, Q8_THREADS, (x, k, n), s, stream)
+        // The second quantizer and both GEMMs are programmatic dependents of the launch before
+        // them (each waits for it before reading its input).
+        let quantize = |x: DevicePtr, k: usize, dependent: bool| {
+            self.launch_token_quantize(
+                kernels::QUANTIZE,
+                Q8_THREADS,
+                (x, k, n),
+                s,
+                (stream, dependent),
+            )
         };
         let params = |w: &Proj, x_out: DevicePtr| GemmParams {
             w0: w.codes,
@@ -73,7 +81,7 @@ impl DenseFfnLayer {
             tokens: n as u32,
             ..Default::default()
         };
-        quantize(input, h)?;
+        quantize(input, h, false)?;
         let gu = GemmParams {
             w1: up.codes,
             s1: up.scales,
@@ -82,7 +90,7 @@ impl DenseFfnLayer {
             ..params(&gate, ctx.prefill_act.ptr())
         };
         self.launch_gemm(kernels::GATE_UP, &gu, ctx, stream)?;
-        quantize(ctx.prefill_act.ptr(), i)?;
+        quantize(ctx.prefill_act.ptr(), i, true)?;
         self.launch_gemm(kernels::DOWN, &params(&down, ctx.out.ptr()), ctx, stream)
     }
 }

@@ -491,6 +491,12 @@ pub(super) unsafe fn bulk_gemm<
         sync_threads();
     }
     let units = gemm_bulk_units(DUAL, block_rows::<F, DUAL>(), c, p);
+    // Launched as the programmatic dependent of the kernel that writes its activations (the
+    // FP8 × FP8 GEMMs after their quantizer), the block has set up its barriers under that
+    // kernel's tail and waits for it only now; the kernel after it may launch at once (it
+    // waits in turn). Both are no-ops for an ordinary launch.
+    grid_dependency_wait();
+    launch_dependents();
     let producer = warp_id() >= CONSUMER_WARPS;
     let units = (units, c, rank);
     if F::CONSUMER_REGS == PRODUCER_SHARE.1 {

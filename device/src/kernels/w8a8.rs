@@ -47,6 +47,10 @@ const CODE_BYTES: u32 = TileFormat::Fp8.code_bytes() as u32;
 /// maximum, then the codes (the second pass is served by L1/L2).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_e4m3_act(p: Q8Params) {
+    // Launched as the dependent of the gate+up GEMM whose output it reads (a no-op otherwise);
+    // the down GEMM after it may launch at once and waits in turn.
+    grid_dependency_wait();
+    launch_dependents();
     let tok = block_x();
     if tok >= p.tokens {
         return;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # 2026-12-07 s15 (≤ 420 s): the FP8 × FP8 gate+up GEMM's tail split (the last wave's units split
-# over K, as BF16's). Bundle: `cargo xtask gpu-bundle --gpu-only --base 21270be` (base = the
-# bulk w8a8 without the split), lib.sh and this script beside bin/. (1) w8a8 GPU test (full
+# over K, as BF16's) and the arm's launches chained by programmatic dependent launch. Bundle:
+# `cargo xtask gpu-bundle --gpu-only --base 21270be` (base = the bulk w8a8 without either) of
+# the working tree (f326063 + PDL), lib.sh and this script beside bin/. (1) w8a8 GPU test (full
 # shapes: N = 511 and 4096 split on 132 SMs) and every entry point; racecheck and memcheck of
 # the w8a8 test on small shapes; (2) w8a8 prefill: base, this, this with
-# DENSEFFN_GEMM_TAIL_SPLIT=0; (3) per-kernel times of 8B N = 512 (ncu, clocks not locked).
+# DENSEFFN_GEMM_TAIL_SPLIT=0, this with DENSEFFN_PDL=0; (3) per-kernel times of 8B N = 512
+# (ncu, clocks not locked).
 . "$(dirname "$0")/lib.sh"
 t w8a8-tests 150 "$here/bin/test-gpu" --test-threads=1 --nocapture w8a8 every_kernel
 export DENSEFFN_GPU_TEST_SMALL=1
@@ -13,12 +15,13 @@ t memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/te
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/racecheck.log" "$out/memcheck.log" | tail -3
 unset DENSEFFN_GPU_TEST_SMALL
 export DENSEFFN_FFN_W8A8=1
-for s in -base "" nosplit; do
-  bin="$here/bin/denseffn${s/nosplit/}"; [ "$s" = nosplit ] && export DENSEFFN_GEMM_TAIL_SPLIT=0
+for s in -base "" nosplit nopdl; do
+  bin="$here/bin/denseffn${s/no*/}"; [ "$s" = nosplit ] && export DENSEFFN_GEMM_TAIL_SPLIT=0
+  [ "$s" = nopdl ] && export DENSEFFN_PDL=0 && unset DENSEFFN_GEMM_TAIL_SPLIT
   s0=$SECONDS; timeout 60 "$bin" bench --backend cuda --shapes 8b,70b --formats fp8 --m 1 --n 512,4096 --out "$out/w8a8$s" > "$out/w8a8$s.log" 2>&1; echo "== w8a8$s rc=$? $((SECONDS-s0))s"
   grep -E "prefill" "$out/w8a8$s/bench.md" | cut -d'|' -f2,3,4,6,7,8,9,10
 done
-unset DENSEFFN_GEMM_TAIL_SPLIT
+unset DENSEFFN_GEMM_TAIL_SPLIT DENSEFFN_PDL
 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"w8a8|quantize" -c 12 "$here/bin/denseffn" bench --backend cuda --shapes 8b --formats fp8 --m 1 --n 512 --out "$out/ncu-b" > "$out/ncu.log" 2>&1; echo "== ncu rc=$?"
 grep -E "w8a8|quantize|gpu__time" "$out/ncu.log" | paste - - | awk '{print $1, $(NF)}' | tail -12
 rm -rf "$out/ncu-b"
