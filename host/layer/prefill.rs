@@ -22,7 +22,9 @@
 //!
 //! The FP8 × FP8 arm (`w8a8_gemm`, `super::w8a8`) is enabled by `PrefillConfig::w8a8` or
 //! `DENSEFFN_FFN_W8A8=1`: activations quantized per token to E4M3 (power-of-two scale), gate+up
-//! and down on the FP8 tensor cores over the FP8 overlay's tiles: 4 launches, any N.
+//! and down on the FP8 tensor cores over the FP8 overlay's tiles: 4 launches, any N (the GEMMs
+//! the BF16 arm's persistent kernel with FP8 stages, in the same `_splitk` / `_x2` forms; the
+//! second quantizer and both GEMMs programmatic dependents of the launch before them).
 //!
 //! The W4A4 arm (`nvfp4_mmq`, `super::nvfp4_mmq`) is enabled by `PrefillConfig::nvfp4_mmq` or
 //! `DENSEFFN_FFN_NVFP4_MMQ=1`: activations quantized per token to NVFP4, gate+up NVFP4 × NVFP4
@@ -31,8 +33,8 @@
 //! so a layer finalized for Q4_K MMQ can only run that arm; and above `nvfp4_t_m128`, whose
 //! gate/up `_t` copies `finalize_nvfp4_mmq_load` frees.
 //!
-//! Every GEMM arm but `w8a8_gemm` (FP8 `wgmma`, `device/src/kernels/w8a8.rs`) is the same
-//! `wgmma` GEMM (`device/src/kernels/wgemm.rs`) over a different
+//! Every GEMM arm but `w8a8_gemm` and `bf16_gemm` (the persistent `device/src/kernels/bulk_gemm.rs`)
+//! is the same `wgmma` GEMM (`device/src/kernels/wgemm.rs`) over a different
 //! tiled format; gate and up run in one pass with the activation fused, then down: 2 launches.
 //! A BF16 layer's small batches (its k2/k3/km paths come here) run the BF16 decode GEMV for all
 //! N ≤ 8 rows at once instead (2 launches, 3 with GELU): each weight byte is still read once.
