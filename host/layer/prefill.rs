@@ -390,9 +390,11 @@ impl DenseFfnLayer {
             smem: shape.smem,
             params: p.as_bytes(),
         };
-        // The FP8 × FP8 GEMMs wait for their quantized input (`griddepcontrol.wait`) after
-        // setting up their barriers, so they start under the quantizer's tail.
-        if p.lora_rank != 0 || kernel.starts_with("w8a8") {
+        // The persistent GEMMs (FP8 × FP8, and BF16's down after its gate+up) wait for their
+        // input (`griddepcontrol.wait`) after setting up their barriers, so they start under
+        // the tail of the launch before them.
+        let persistent_after = kernel.starts_with("w8a8") || (!dual && kernel.starts_with("bf16"));
+        if p.lora_rank != 0 || persistent_after {
             self.gpu().launch_dependent(&launch, stream)
         } else {
             self.gpu().launch(&launch, stream)

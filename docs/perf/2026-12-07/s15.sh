@@ -5,8 +5,8 @@
 # the working tree (f326063 + PDL), lib.sh and this script beside bin/. (1) w8a8 GPU test (full
 # shapes: N = 511 and 4096 split on 132 SMs) and every entry point; racecheck and memcheck of
 # the w8a8 test on small shapes; (2) w8a8 prefill: base, this, this with
-# DENSEFFN_GEMM_TAIL_SPLIT=0, this with DENSEFFN_PDL=0; (3) per-kernel times of 8B N = 512
-# (ncu, clocks not locked).
+# DENSEFFN_GEMM_TAIL_SPLIT=0, this with DENSEFFN_PDL=0; (3) BF16 (down now a dependent launch):
+# overlay test on every path, prefill with and without PDL.
 . "$(dirname "$0")/lib.sh"
 t w8a8-tests 150 "$here/bin/test-gpu" --test-threads=1 --nocapture w8a8 every_kernel
 export DENSEFFN_GPU_TEST_SMALL=1
@@ -21,8 +21,12 @@ for s in -base "" nosplit nopdl; do
   s0=$SECONDS; timeout 60 "$bin" bench --backend cuda --shapes 8b,70b --formats fp8 --m 1 --n 512,4096 --out "$out/w8a8$s" > "$out/w8a8$s.log" 2>&1; echo "== w8a8$s rc=$? $((SECONDS-s0))s"
   grep -E "prefill" "$out/w8a8$s/bench.md" | cut -d'|' -f2,3,4,6,7,8,9,10
 done
-unset DENSEFFN_GEMM_TAIL_SPLIT DENSEFFN_PDL
-timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"w8a8|quantize" -c 12 "$here/bin/denseffn" bench --backend cuda --shapes 8b --formats fp8 --m 1 --n 512 --out "$out/ncu-b" > "$out/ncu.log" 2>&1; echo "== ncu rc=$?"
-grep -E "w8a8|quantize|gpu__time" "$out/ncu.log" | paste - - | awk '{print $1, $(NF)}' | tail -12
-rm -rf "$out/ncu-b"
+unset DENSEFFN_GEMM_TAIL_SPLIT DENSEFFN_PDL DENSEFFN_FFN_W8A8
+# BF16's down GEMM is now the programmatic dependent of its gate+up: the BF16 overlay on every
+# path (full shapes), then its prefill with and without PDL.
+DENSEFFN_GPU_TEST_OVERLAYS=bf16 t bf16-tests 100 "$here/bin/test-gpu" --test-threads=1 --nocapture overlays_match
+for pdl in 1 0; do
+  DENSEFFN_PDL=$pdl timeout 40 "$here/bin/denseffn" bench --backend cuda --formats bf16 --m 1 --shapes 8b,70b --n 512,4096 --out "$out/bf16-pdl$pdl" > "$out/bf16-pdl$pdl.log" 2>&1; echo "== bf16 pdl=$pdl rc=$?"
+  grep -E "prefill" "$out/bf16-pdl$pdl/bench.md" | cut -d'|' -f2,3,4,6,7,8,9,10
+done
 tar czf /tmp/r.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/r.tgz "$out/"
