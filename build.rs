@@ -15,7 +15,6 @@ fn main() {
         "bf16_gemm",
         "bf16_gemm_splitk",
         "w8a8_gemm_gate_up_act",
-        "w8a8_gemm_gate_up_act_splitk",
         "w8a8_gemm",
     ] {
         // The persistent BF16 and FP8 × FP8 GEMMs: one 384-thread block per SM, so at most 168

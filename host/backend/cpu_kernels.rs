@@ -70,9 +70,7 @@ pub(crate) const KERNELS: &[&str] = &[
     "quantize_e4m3_act",
     "w8a8_gemm_gate_up_act",
     "w8a8_gemm",
-    "w8a8_gemm_gate_up_act_splitk",
     "w8a8_gemm_gate_up_act_x2",
-    "w8a8_gemm_gate_up_act_splitk_x2",
     "w8a8_gemm_x2",
 ];
 
@@ -565,9 +563,7 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
         ));
     }
     if splits > 1 {
-        // Chunks of K: 64 columns, 128 for the FP8 × FP8 GEMMs (`w8a8_stage_bytes`).
-        let k_tiles =
-            (p.k / TILE_K as u32).div_ceil(if l.kernel.starts_with("w8a8") { 2 } else { 1 });
+        let k_tiles = p.k / TILE_K as u32;
         let cps = p.chunks_per_split;
         if p.lora_rank != 0
             || !l

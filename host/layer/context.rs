@@ -22,8 +22,7 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// prefill activation bf16 `[max_tokens][intermediate]`; split-K
 /// workspace; split-K counters (zero between launches: each launch's last block resets them);
 /// the prefill down GEMM's split-K workspace (f32, at most one wave of 256 × 64 tiles or
-/// 8 splits × `max_tokens` × hidden, whichever is smaller; for a layer with a BF16 overlay (or FP8
-/// with the FP8 × FP8 arm on)
+/// 8 splits × `max_tokens` × hidden, whichever is smaller; for a layer with a BF16 overlay
 /// at creation also the gate+up GEMM's split last wave, at most `sm_count` tiles' gate and up:
 /// `plan::gemm_split_ws_elems`) and its counters (one per tile of a split grid, at most
 /// `2 × sm_count`);
@@ -86,13 +85,8 @@ impl ForwardContext {
             }
         }
         let act = MAX_GEMV_TOKENS * i * 4;
-        // The gate+up GEMM of a BF16 layer, and of an FP8 layer with the FP8 × FP8 arm on, splits
-        // K of its last wave's tiles (`gemm_tail_split`).
-        let tail = match layer.active_overlay() {
-            Some(super::OverlayKind::Bf16) => true,
-            Some(super::OverlayKind::Fp8) => layer.prefill_config().w8a8,
-            _ => false,
-        };
+        // A BF16 layer's gate+up GEMM splits K of its last wave's tiles (`gemm_tail_split`).
+        let bf16 = layer.active_overlay() == Some(super::OverlayKind::Bf16);
         // A packed buffer's splits never exceed its chunks.
         let widest = h.max(i) as u32;
         let pack = pack_bytes(MAX_GEMV_TOKENS as u32, widest) as usize;
@@ -110,7 +104,7 @@ impl ForwardContext {
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
             gemm_ws: DeviceBuffer::alloc(
                 gpu,
-                gemm_split_ws_elems(h, i, max_tokens, sms, tail) * 4,
+                gemm_split_ws_elems(h, i, max_tokens, sms, bf16) * 4,
             )?,
             gemm_counters: DeviceBuffer::zeroed(gpu, (GEMM_MAX_RESIDENT * sms) as usize * 4)?,
             pack: DeviceBuffer::alloc(gpu, pack)?,

@@ -140,26 +140,22 @@ impl DenseFfnLayer {
             Ok(PrefillArm::Bf16GemvM8) => self.decode_kernels(),
             Ok(arm) => {
                 let (h, i) = (self.hidden(), self.intermediate());
+                let kernels = self.arm_kernels(arm);
+                let gate_up = kernels[0];
                 let pair = |k| self.gemm_pair_slots(k, num_tokens as u32);
-                // The gate+up GEMM as `launch_gemm` runs it (the tail split is BF16's and FP8 ×
-                // FP8's, whose layers never carry LoRA); the others through their launch plans
-                // (which leave the arm's other kernels as they are).
-                let gate_up = |k: &'static str| {
-                    let shape = gemm_shape(k, true)?;
+                // The tail split is BF16's only, whose layers never carry LoRA.
+                let tail = gemm_shape(gate_up, true).and_then(|shape| {
                     let tiles = (i as u32).div_ceil(shape.rows)
                         * (num_tokens as u32).div_ceil(shape.tokens);
-                    let tail = self.gate_up_tail_plan(k, tiles, h, pair(k));
-                    let whole = pair(k).and_then(|_| pair_variant(k)).unwrap_or(k);
-                    Some(tail.map_or(whole, |(name, ..)| name))
-                };
-                let k: Vec<&'static str> = self
-                    .arm_kernels(arm)
-                    .iter()
-                    .map(
-                        |&k| match k.contains("gate_up").then(|| gate_up(k)).flatten() {
-                            Some(name) => name,
-                            None => self.gemm_launch_plan(k, num_tokens, h, i, pair(k)).0,
-                        },
+                    self.gate_up_tail_plan(gate_up, tiles, h, pair(gate_up))
+                });
+                let whole = pair(gate_up).and_then(|_| pair_variant(gate_up));
+                let k0 = tail.map_or(whole.unwrap_or(gate_up), |(name, ..)| name);
+                let k: Vec<&'static str> = std::iter::once(k0)
+                    .chain(
+                        kernels[1..]
+                            .iter()
+                            .map(|&k| self.gemm_launch_plan(k, num_tokens, h, i, pair(k)).0),
                     )
                     .collect();
                 self.with_lora(&k[..1], &k[1..])
@@ -390,11 +386,9 @@ impl DenseFfnLayer {
             smem: shape.smem,
             params: p.as_bytes(),
         };
-        // The persistent GEMMs (FP8 × FP8, and BF16's down after its gate+up) wait for their
-        // input (`griddepcontrol.wait`) after setting up their barriers, so they start under
-        // the tail of the launch before them.
-        let persistent_after = kernel.starts_with("w8a8") || (!dual && kernel.starts_with("bf16"));
-        if p.lora_rank != 0 || persistent_after {
+        // The FP8 × FP8 GEMMs wait for their quantized input (`griddepcontrol.wait`) after
+        // setting up their barriers, so they start under the quantizer's tail.
+        if p.lora_rank != 0 || kernel.starts_with("w8a8") {
             self.gpu().launch_dependent(&launch, stream)
         } else {
             self.gpu().launch(&launch, stream)
@@ -434,8 +428,6 @@ impl DenseFfnLayer {
         let splitk = match (kernel, pair) {
             ("bf16_gemm_gate_up_act", None) => "bf16_gemm_gate_up_act_splitk",
             ("bf16_gemm_gate_up_act", Some(_)) => "bf16_gemm_gate_up_act_splitk_x2",
-            ("w8a8_gemm_gate_up_act", None) => "w8a8_gemm_gate_up_act_splitk",
-            ("w8a8_gemm_gate_up_act", Some(_)) => "w8a8_gemm_gate_up_act_splitk_x2",
             _ => return None,
         };
         if !on || !self.gpu().has_kernel(splitk) {
@@ -447,13 +439,7 @@ impl DenseFfnLayer {
             None => (tiles, self.gpu().sm_count()),
         };
         let (from, splits, cps) = gemm_tail_split(units, k, slots)?;
-        if !kernel.starts_with("w8a8") {
-            return Some((splitk, from, splits, cps));
-        }
-        // The plan counts K in 64-column chunks; the FP8 × FP8 GEMMs' are 128 columns.
-        let (chunks, cps) = ((k / TILE_K).div_ceil(2) as u32, cps.div_ceil(2));
-        let splits = chunks.div_ceil(cps);
-        (splits > 1).then_some((splitk, from, splits, cps))
+        Some((splitk, from, splits, cps))
     }
 
     /// Clusters of two blocks that run at once for the `_x2` (cluster-pair) form of BF16 GEMM

@@ -391,8 +391,7 @@ unsafe fn store_block<const DUAL: bool>(
 #[derive(Clone, Copy)]
 pub(super) struct Unit {
     pub(super) tile: (u32, u32),
-    /// Which of the tile's K splits, when K is split.
-    pub(super) split: Option<u32>,
+    split: Option<u32>,
     /// The first chunk (stage) of K and how many.
     pub(super) chunks: (u32, u32),
     /// This block's split tile, which its split counter and partials are indexed by: the
@@ -429,13 +428,13 @@ fn unit<F: BulkFormat, const DUAL: bool, const SPLIT: bool>(
     } else {
         (u % tiles, Some(u / tiles))
     };
-    let k_chunks = (p.k / TILE_K as u32).div_ceil(F::CHUNK_TILES);
+    let k_tiles = p.k / TILE_K as u32;
     let chunks = match split {
         Some(z) => {
             let c0 = z * p.chunks_per_split;
-            (c0, (c0 + p.chunks_per_split).min(k_chunks) - c0)
+            (c0, (c0 + p.chunks_per_split).min(k_tiles) - c0)
         }
-        None => (0, k_chunks),
+        None => (0, k_tiles.div_ceil(F::CHUNK_TILES)),
     };
     let (r, tg) = super::tile_of(lin, GEMM_WG_GROUP, grid);
     let tile = (r, c * tg + rank);
@@ -575,8 +574,12 @@ unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc
     // The consumer warps only: the producer is on in the next unit.
     let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
     if DUAL {
-        store_gate_up_partials(split_ws(p, &w, z), acc, s);
-        finish_gate_up_split(p, ring, &w);
+        let t = w.id;
+        store_gate_up_partials(p, (t, z), acc, s);
+        let counter = (p.counters as *mut u32).add(t as usize);
+        if last_to_finish(counter, p.splits, ring.flag(), sync) {
+            reduce_gate_up(p, w.tile, t);
+        }
     } else {
         store_block::<DUAL>(p, w.tile, Some(z), acc, s);
         let counter = (p.counters as *mut u32).add(w.id as usize);
@@ -593,34 +596,19 @@ unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc
 }
 
 /// f32 of one projection's partial of one gate+up tile in the workspace.
-pub(super) const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
+const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
 
-/// Where split `z` of a gate+up kernel's split unit `w` keeps its f32 partials of gate and up,
-/// fully scaled: `[projection][token][row]`, [`TILE_ELEMS`] a projection (the workspace is
-/// `[tile][split]` of those, tiles counted from `split_from`). The consumer warps store them,
-/// then all run [`finish_gate_up_split`].
+/// Split `z` of the gate+up kernel's split tile `t` (counted from `split_from`): this thread's
+/// scaled f32 partials of gate and up, `[t][split][projection][token][row]` in `p.ws`.
 #[inline(always)]
-pub(super) fn split_ws(p: &GemmParams, w: &Unit, z: u32) -> *mut f32 {
-    (p.ws as *mut f32).wrapping_add(((w.id * p.splits + z) * 2 * TILE_ELEMS) as usize)
-}
-
-/// After a gate+up split unit `w`'s partials are stored ([`split_ws`]), by all consumer warps:
-/// the last of the tile's splits to finish sums them in split order and writes bf16 `act(g)·u`.
-#[inline(always)]
-pub(super) unsafe fn finish_gate_up_split(p: &GemmParams, ring: &Ring, w: &Unit) {
-    let t = w.id;
-    // The consumer warps only: the producer is on in the next unit.
-    let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
-    let counter = (p.counters as *mut u32).add(t as usize);
-    if last_to_finish(counter, p.splits, ring.flag(), sync) {
-        reduce_gate_up(p, w.tile, t);
-    }
-}
-
-/// This thread's scaled partials of a gate+up split in the split's workspace `ws`
-/// ([`split_ws`]).
-#[inline(always)]
-unsafe fn store_gate_up_partials(ws: *mut f32, acc: &[f32; 128], (s0, s1): (f32, f32)) {
+unsafe fn store_gate_up_partials(
+    p: &GemmParams,
+    (t, z): (u32, u32),
+    acc: &[f32; 128],
+    (s0, s1): (f32, f32),
+) {
+    let at = (t * p.splits + z) * 2 * TILE_ELEMS;
+    let ws = (p.ws as *mut f32).add(at as usize);
     unroll2!(J => {
         let tok = out_token(J as u32);
         unroll32!(F => {

@@ -25,8 +25,7 @@
 //! tile of the last stage when K has an odd number of 64-column tiles. The epilogue multiplies
 //! by the last scale, the tensor's global scale and the token's inverse activation scale.
 use super::bulk_gemm::{
-    bulk_entries, bulk_gemm, finish_gate_up_split, release, split_ws, BulkFormat, Ring, Unit,
-    ROW_TILES, TILE_ELEMS, X_BYTES,
+    bulk_entries, bulk_gemm, release, BulkFormat, Ring, Unit, ROW_TILES, X_BYTES,
 };
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
@@ -35,7 +34,7 @@ use crate::formats::e4m3::{act_scale, ACT_SLOT};
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params, GEMM_WG_ROWS, GEMM_WG_TOKENS, Q8_THREADS,
+    w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params, GEMM_WG_TOKENS, Q8_THREADS,
 };
 
 /// Bytes of one FP8 tile's codes.
@@ -232,62 +231,38 @@ impl BulkFormat for Fp8Tiles {
         }
     }
 
-    /// A consumer thread's outputs of unit `w`: `acc[4F + I]` is token `8F + 2q + I % 2` of
-    /// the tile, row `g + 8·(I / 2)` of the warp's row tile; bf16 `act(gate)·up`, or the
-    /// single projection, to `p.out` (`[tokens][n]`); a split of gate+up's tail its f32
-    /// partials ([`gate_up_split`]). Rows and tokens past the ends are not written.
+    /// A consumer thread's outputs of unit `w`: `acc[4F + I]` is token `8F + 2q + I % 2` of the
+    /// tile, row `g + 8·(I / 2)` of the warp's row tile; bf16 `act(gate)·up`, or the single
+    /// projection, to `p.out` (`[tokens][n]`). Rows and tokens past the ends are not written.
     #[inline(always)]
-    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc: &Fp8Acc) {
+    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, _ring: &Ring, w: Unit, acc: &Fp8Acc) {
+        let (g, tq) = (lane() / 4, lane() % 4);
         let row_tile = w.tile.0 * ROW_TILES + warp_id();
-        let live = row_tile < p.n / TILE_ROWS as u32;
+        if row_tile >= p.n / TILE_ROWS as u32 {
+            return;
+        }
         let tok0 = w.tile.1 * GEMM_WG_TOKENS;
         let (s0, s1) = (acc.run[0] * p.gscale0, acc.run[1] * p.gscale1);
         let xs = p.x_scales as *const f32;
-        let (live, tokens) = (live && tok0 < p.tokens, p.tokens - tok0.min(p.tokens));
-        if let (true, Some(z)) = (DUAL, w.split) {
-            let ws = split_ws(p, &w, z);
-            each_output!(live, tokens, |t, r, i| {
-                let inv = *xs.add((tok0 + t) as usize);
-                let at = (t * GEMM_WG_ROWS + r) as usize;
-                *ws.add(at) = acc.g[i] * s0 * inv;
-                *ws.add(TILE_ELEMS as usize + at) = acc.u[i] * s1 * inv;
+        unroll16!(F => {
+            unroll4!(I, 0 => {
+                let tok = tok0 + 8 * F as u32 + 2 * tq + (I as u32 & 1);
+                let row = row_tile * TILE_ROWS as u32 + g + if I >= 2 { 8 } else { 0 };
+                if tok < p.tokens {
+                    let inv = *xs.add(tok as usize);
+                    let y0 = acc.g[4 * F + I] * s0 * inv;
+                    let y = if DUAL {
+                        let y1 = acc.u[4 * F + I] * s1 * inv;
+                        (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
+                    } else {
+                        y0
+                    };
+                    *(p.out as *mut u16).add((tok * p.n + row) as usize) = f32_to_bf16(y);
+                }
             });
-            finish_gate_up_split(p, ring, &w);
-            return;
-        }
-        let row0 = w.tile.0 * GEMM_WG_ROWS;
-        each_output!(live, tokens, |t, r, i| {
-            let tok = tok0 + t;
-            let inv = *xs.add(tok as usize);
-            let y0 = acc.g[i] * s0 * inv;
-            let y = if DUAL {
-                let y1 = acc.u[i] * s1 * inv;
-                (if p.act == 2 { gelu_tanh(y0) } else { silu(y0) }) * y1
-            } else {
-                y0
-            };
-            *(p.out as *mut u16).add((tok * p.n + row0 + r) as usize) = f32_to_bf16(y);
         });
     }
 }
-
-/// Runs `$body` with `$t`, `$r`, `$i` bound to each of a consumer thread's outputs of a tile
-/// among its first `$tokens` tokens, if `$live`: `acc[$i]` (a constant, `4F + I`) is token
-/// `$t = 8F + 2q + I % 2` of the tile, row `$r = 16·warp + g + 8·(I / 2)` of the block.
-macro_rules! each_output {
-    ($live:expr, $tokens:expr, |$t:ident, $r:ident, $i:ident| $body:block) => {{
-        let (g, tq) = (lane() / 4, lane() % 4);
-        unroll16!(F => {
-            unroll4!(I, 0 => {
-                let $t = 8 * F as u32 + 2 * tq + (I as u32 & 1);
-                let $r = 16 * warp_id() + g + if I >= 2 { 8 } else { 0 };
-                let $i = 4 * F + I;
-                if $live && $t < $tokens $body
-            });
-        });
-    }};
-}
-use each_output;
 
 /// The k32 A registers of a lane's 16 bytes of one tile half (columns 0..32 or 32..64): rows
 /// g / g+8 of columns 2q, 2q+1, 2q+8, 2q+9 of the half's two 16-column groups; zeros when the
@@ -333,14 +308,9 @@ bulk_entries! {
     /// FP8 × FP8 prefill single projection (down): bf16 out. As `w8a8_gemm_gate_up_act`; shared
     /// memory `w8a8_smem_bytes(false)`.
     w8a8_gemm: Fp8Tiles, false, false, false;
-    /// `w8a8_gemm_gate_up_act` with K split `GemmParams::splits` ways for the tiles from
-    /// `GemmParams::split_from` on (the last wave's), as `bf16_gemm_gate_up_act_splitk`.
-    w8a8_gemm_gate_up_act_splitk: Fp8Tiles, true, true, false;
     /// `w8a8_gemm_gate_up_act` in clusters of two blocks over pairs of token tiles, each weight
     /// stage copied once per pair and multicast ([`crate::params::GemmShape::cluster`]).
     w8a8_gemm_gate_up_act_x2: Fp8Tiles, true, false, true;
-    /// `w8a8_gemm_gate_up_act_splitk` in cluster pairs.
-    w8a8_gemm_gate_up_act_splitk_x2: Fp8Tiles, true, true, true;
     /// `w8a8_gemm` in cluster pairs, as `w8a8_gemm_gate_up_act_x2`.
     w8a8_gemm_x2: Fp8Tiles, false, false, true;
 }
