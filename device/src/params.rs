@@ -309,7 +309,7 @@ const _: () = assert!(
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TileMap(pub [u64; 16]);
 
-/// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_KERNELS`]): two warpgroups of 64 rows,
+/// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_FAMILIES`] and the persistent GEMMs): two warpgroups of 64 rows,
 /// one `wgmma.m64n128k16` each per 16 columns.
 pub const GEMM_WG_ROWS: u32 = 128;
 /// Tokens per block of the Hopper prefill GEMMs (the N of one `m64n128k16`).

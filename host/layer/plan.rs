@@ -80,7 +80,7 @@ impl GemvPlan {
     /// blocks fit one of `sm_count` SMs. Of the K splits whose staged activations fit the
     /// shared-memory budget (any split for [`Staging::Packed`]), it takes the one with the
     /// least modelled time: whole waves of blocks (`⌈blocks / (resident · sm_count)⌉`) × each
-    /// block's chunks plus its fixed cost ([`Staging::block_overhead_chunks`]); a partial
+    /// block's chunks plus its fixed cost (`Staging::block_overhead_chunks`); a partial
     /// last wave costs a whole one, so the plan fills the machine evenly. Ties go to fewer
     /// splits (less staging and split-K traffic).
     pub fn new(

@@ -61,7 +61,7 @@ pub fn encode(v: f32) -> u8 {
     }
 }
 
-/// Where the FP8 × FP8 prefill ([`crate::kernels::w8a8`]) keeps activation column `16·g + p`
+/// Where the FP8 × FP8 prefill (`kernels::w8a8`) keeps activation column `16·g + p`
 /// of a token: byte `16·g + ACT_SLOT[p]` of its E4M3 row. Within each 16 columns, lane `q`'s
 /// four bytes `4q..4q+4` hold columns `2q, 2q+1, 2q+8, 2q+9`: the columns that lane's bytes
 /// of the FP8 weight tiles cover (`formats::tiles`), so a lane builds its `wgmma` k32 A
