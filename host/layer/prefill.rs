@@ -23,7 +23,7 @@
 //! The FP8 × FP8 arm (`w8a8_gemm`, `super::w8a8`) is enabled by `PrefillConfig::w8a8` or
 //! `DENSEFFN_FFN_W8A8=1`: activations quantized per token to E4M3 (power-of-two scale), gate+up
 //! and down on the FP8 tensor cores over the FP8 overlay's tiles: 4 launches, any N (the GEMMs
-//! the BF16 arm's persistent kernel with FP8 stages, in the same `_splitk` / `_x2` forms; the
+//! the BF16 arm's persistent kernel with FP8 stages, in the same `_x2` cluster-pair forms; the
 //! second quantizer and both GEMMs programmatic dependents of the launch before them).
 //!
 //! The W4A4 arm (`nvfp4_mmq`, `super::nvfp4_mmq`) is enabled by `PrefillConfig::nvfp4_mmq` or
@@ -326,7 +326,8 @@ impl DenseFfnLayer {
         let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
         let mut p = *p;
         let mut kernel = kernel;
-        // A BF16 GEMM over an even number of token blocks runs in cluster pairs (`_x2`).
+        // A persistent (BF16 or FP8 × FP8) GEMM over an even number of token blocks runs in
+        // cluster pairs (`_x2`).
         let pair = self.gemm_pair_slots(kernel, p.tokens);
         let base = kernel;
         if let Some(x2) = pair.and_then(|_| pair_variant(kernel)) {
@@ -442,7 +443,7 @@ impl DenseFfnLayer {
         Some((splitk, from, splits, cps))
     }
 
-    /// Clusters of two blocks that run at once for the `_x2` (cluster-pair) form of BF16 GEMM
+    /// Clusters of two blocks that run at once for the `_x2` (cluster-pair) form of persistent GEMM
     /// `kernel` over `tokens` tokens, when that form runs: an even number of 128-token blocks,
     /// the module has it and `DENSEFFN_GEMM_PAIR` is not `0` (read once per process; a switch
     /// for measuring what the pairs gain). The plan (splits) follows from this, not from the
