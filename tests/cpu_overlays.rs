@@ -83,6 +83,8 @@ fn every_path_of_every_overlay_matches_its_reference() {
                     ("forward", _) => gemv_launches,
                     // BF16: N ≤ 8 runs the GEMV arm, also for k2/k3/km (they go through prefill).
                     (_, OverlayKind::Bf16) if m <= 8 => gemv_launches,
+                    // FP8: quantize, gate+up, quantize, down.
+                    ("prefill", OverlayKind::Fp8) => 4,
                     ("prefill", _) => 2,
                     ("km", _) => 4,
                     _ => 3,
@@ -218,7 +220,9 @@ fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
         let (h, i) = dims(kind);
         let o = OverlayHost::random(kind, h, i, 31);
         let x = activations(9 * h, 32);
-        for missing in [dual, single, gemm_dual, gemm] {
+        // FP8's prefill quantizes its activations to f16 first.
+        let quantize = (kind == OverlayKind::Fp8).then_some("quantize_f16_act");
+        for missing in [dual, single, gemm_dual, gemm].into_iter().chain(quantize) {
             let gpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new().without_kernels(&[missing]));
             let layer = overlay_layer(&gpu, &o, FfnActivation::Silu);
             let mut ctx = ForwardContext::new(&layer, 9).unwrap();
@@ -233,7 +237,7 @@ fn a_missing_overlay_kernel_is_named_by_every_path_that_needs_it() {
                 let needs = match path {
                     // BF16 runs N ≤ 8 on its GEMV, for prefill and the paths routed through it.
                     _ if kind == OverlayKind::Bf16 && m <= 8 => [dual, single].contains(&missing),
-                    "prefill" => [gemm_dual, gemm].contains(&missing),
+                    "prefill" => [gemm_dual, gemm].contains(&missing) || quantize == Some(missing),
                     "km" => missing == single,
                     _ => [dual, single].contains(&missing),
                 };

@@ -128,7 +128,7 @@ fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
     // The NVFP4, elementwise and LoRA kernels; the overlays' own are covered by
     // tests/cpu_overlays.rs, the Q4_K MMQ arm's (quantize, mmq, requant; off by default) by
     // tests/cpu_q4k_mmq.rs, the W4A4 arm's own (quantize, gate+up; off by default) by
-    // tests/cpu_nvfp4_mmq.rs, the FP8 × FP8 arm's (off by default) by tests/cpu_overlays.rs; the
+    // tests/cpu_nvfp4_mmq.rs, the FP8 arms' (quantizers included) by tests/cpu_overlays.rs; the
     // `_splitk` GEMMs are optional.
     let mmq = denseffn::layer::PrefillArm::Q4kMmq.kernels();
     let w4a4 = [
@@ -141,6 +141,7 @@ fn every_missing_kernel_is_named_by_every_path_that_needs_it() {
         .filter(|k| !mmq.contains(k) && **k != denseffn::layer::mmq_kernels::REQUANT)
         .filter(|k| !w4a4.contains(k))
         .filter(|k| !denseffn::layer::w8a8_kernels::ALL.contains(k))
+        .filter(|k| !denseffn::layer::w8a16_kernels::ALL.contains(k))
         // Optional: without a `_splitk` variant the plain GEMM runs over all of K
         // (tests/cpu_prefill.rs checks that fallback).
         .filter(|k| !k.ends_with("_splitk"));

@@ -287,8 +287,10 @@ pub struct GemmParams {
     /// block), `[block_y][block_x]`; gate+up per tile from `split_from` on. Zero before the
     /// launch, and zero again after it (the last block of a tile resets its own).
     pub counters: u64,
-    /// The FP8 × FP8 GEMMs (`w8a8_gemm*`) only: f32 `[tokens]`, each token's inverse activation
-    /// scale (`formats::e4m3::act_scale`); `x` then holds E4M3 `[tokens][k]` codes.
+    /// The FP8-weight persistent GEMMs only: f32 `[tokens]`, each token's inverse activation
+    /// scale; `x` then holds the quantized activations, E4M3 `[tokens][k]` codes
+    /// (`w8a8_gemm*`, `formats::e4m3::act_scale`) or f16 `[tokens][k]` values (`w8a16_gemm*`,
+    /// `formats::e4m3::act_scale_f16`).
     pub x_scales: u64,
 }
 
@@ -337,7 +339,7 @@ pub const fn gemm_wg_smem_bytes(dual: bool, code_bytes: u32, scale_bytes: u32) -
 /// The prefill GEMM families of `kernels::wgemm` (`wgmma`, sm_90a; BF16's GEMM is
 /// `kernels::bulk_gemm`, [`GEMM_BULK_SMEM_BYTES`]), by entry-point prefix, with their tiles'
 /// code and scale bytes.
-pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 4] = {
+pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 3] = {
     use crate::formats::nvfp4::{TILE_CODE_BYTES, TILE_SCALE_BYTES};
     use crate::formats::tiles::TileFormat;
     const fn f(prefix: &'static str, t: TileFormat) -> (&'static str, u32, u32) {
@@ -346,7 +348,6 @@ pub const GEMM_WG_FAMILIES: [(&str, u32, u32); 4] = {
     let nvfp4 = (TILE_CODE_BYTES as u32, TILE_SCALE_BYTES as u32);
     [
         ("gemm_nvfp4_t_", nvfp4.0, nvfp4.1),
-        f("w8a16_gemm", TileFormat::Fp8),
         f("q2_0_gemm", TileFormat::Q2),
         f("q4k_gemm", TileFormat::Q4k),
     ]
@@ -401,6 +402,30 @@ pub const fn w8a8_stage_bytes(dual: bool) -> u32 {
     use crate::formats::tiles::TileFormat;
     let slices = if dual { 2 } else { 1 };
     GEMM_WG_TOKENS * 128 + slices * 8 * 2 * TileFormat::Fp8.code_bytes() as u32
+}
+
+/// Bytes of one stage of an FP8 × bf16 prefill GEMM (`kernels::w8a8`, `w8a16_gemm*`): 64
+/// columns of K, i.e. the activations (128 tokens × 64 f16, 128-byte swizzle) and per 128-row
+/// slice its 8 row tiles' one FP8 tile each (1 KiB a row tile).
+pub const fn w8a16_stage_bytes(dual: bool) -> u32 {
+    use crate::formats::tiles::TileFormat;
+    let slices = if dual { 2 } else { 1 };
+    GEMM_WG_TOKENS * 128 + slices * 8 * TileFormat::Fp8.code_bytes() as u32
+}
+
+/// Pipeline stages of an FP8 × bf16 prefill GEMM: gate+up 6 of 32 KiB, the single projection
+/// 7 of 24 KiB (the barriers hold up to 7).
+pub const fn w8a16_stages(dual: bool) -> u32 {
+    if dual {
+        6
+    } else {
+        7
+    }
+}
+
+/// Dynamic shared memory of an FP8 × bf16 prefill GEMM block, as [`w8a8_smem_bytes`].
+pub const fn w8a16_smem_bytes(dual: bool) -> u32 {
+    w8a16_stages(dual) * w8a16_stage_bytes(dual) + 1024 + GEMM_BULK_BARRIER_BYTES
 }
 
 /// Pipeline stages of an FP8 × FP8 prefill GEMM: as many as fit one block per SM (gate+up 4 of
@@ -498,12 +523,19 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
     } else {
         1
     };
-    if kernel.starts_with("w8a8_gemm") {
+    let fp8 = if kernel.starts_with("w8a8_gemm") {
+        Some(w8a8_smem_bytes(dual))
+    } else if kernel.starts_with("w8a16_gemm") {
+        Some(w8a16_smem_bytes(dual))
+    } else {
+        None
+    };
+    if let Some(smem) = fp8 {
         return Some(GemmShape {
             rows: GEMM_WG_ROWS,
             tokens: GEMM_WG_TOKENS,
             threads: GEMM_BULK_THREADS,
-            smem: w8a8_smem_bytes(dual),
+            smem,
             persistent: true,
             x_map: true,
             cluster,

@@ -47,7 +47,9 @@ pub(crate) const KERNELS: &[&str] = &[
     "w8a16_gemv",
     "w8a16_gemm_gate_up_act",
     "w8a16_gemm",
-    "w8a16_gemm_splitk",
+    "w8a16_gemm_gate_up_act_x2",
+    "w8a16_gemm_x2",
+    "quantize_f16_act",
     "q2_0_gemv_gate_up",
     "q2_0_gemv",
     "q2_0_gemm_gate_up_act",
@@ -124,7 +126,8 @@ pub(crate) fn run(mem: &mut Memory, l: &Launch, sm_count: u32) -> Result<()> {
         "q4k_mmq_gate_up_act" | "q4k_mmq" => super::cpu_mmq::gemm(mem, &params(l)?),
         "quantize_nvfp4_act" => super::cpu_nvfp4_mmq::quantize(mem, &params(l)?),
         "nvfp4_mmq_gate_up_act" => super::cpu_nvfp4_mmq::gemm(mem, &params(l)?),
-        "quantize_e4m3_act" => quantize_e4m3(mem, &params(l)?),
+        "quantize_e4m3_act" => quantize_token_act(mem, &params(l)?, false),
+        "quantize_f16_act" => quantize_token_act(mem, &params(l)?, true),
         k if k.contains("gemv") => {
             let p = params(l)?;
             gemv_schedule(mem, l, &p)?;
@@ -597,8 +600,11 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
         }
     }
     Ok(if l.kernel.starts_with("w8a8") {
-        e4m3_map_check(p)?;
+        quantized_map_check(p, p.k as u64 / 2, "the E4M3 activations")?;
         XSource::E4m3
+    } else if l.kernel.starts_with("w8a16") {
+        quantized_map_check(p, p.k as u64, "the f16 activations")?;
+        XSource::F16
     } else if shape.x_map {
         XSource::Map
     } else {
@@ -613,6 +619,8 @@ enum XSource {
     Bf16,
     /// E4M3 codes at `x` with per-token scales (`w8a8_gemm*`).
     E4m3,
+    /// f16 at `x` with per-token scales (`w8a16_gemm*`).
+    F16,
     /// bf16 through the TMA map `xmap` (`GemmShape::x_map`, the BF16 GEMMs).
     Map,
 }
@@ -662,52 +670,79 @@ fn mapped_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Resul
         .collect())
 }
 
-/// `quantize_e4m3_act`: per token the power-of-two scale of its largest magnitude
-/// (`e4m3::act_scale`), codes `e4m3(x·f)` in `ACT_SLOT` order, f32 inverse scales out.
-fn quantize_e4m3(mem: &mut Memory, p: &Q8Params) -> Result<()> {
+/// `quantize_e4m3_act` (codes `e4m3(x·f)` in `ACT_SLOT` order, `e4m3::act_scale`) and
+/// `quantize_f16_act` (values `f16(x·f)` in column order, `e4m3::act_scale_f16`; `qs` may be
+/// `x`: every value is read before any is written, as on the GPU per thread): per token `f`,
+/// the power-of-two scale of its largest magnitude, and the f32 inverse scales out.
+fn quantize_token_act(mem: &mut Memory, p: &Q8Params, f16: bool) -> Result<()> {
     let (t, k) = (p.tokens as usize, p.k as usize);
     if t == 0 || k == 0 || k % 16 != 0 {
-        return Err(Error::Invalid(format!(
-            "quantize_e4m3_act: tokens={t} k={k}"
-        )));
+        let name = if f16 {
+            "quantize_f16_act"
+        } else {
+            "quantize_e4m3_act"
+        };
+        return Err(Error::Invalid(format!("{name}: tokens={t} k={k}")));
     }
+    let width = if f16 { 2 } else { 1 };
     let x = bf16s(mem, p.x, t * k)?;
-    let mut qs = vec![0u8; t * k];
+    let mut qs = vec![0u8; t * k * width];
     let mut inv = vec![0f32; t];
     for (tok, row) in x.chunks_exact(k).enumerate() {
         let v: Vec<f32> = row.iter().map(|&x| x as f32).collect();
-        let (f, i) = e4m3::act_scale(amax(&v));
+        let scale = if f16 {
+            e4m3::act_scale_f16
+        } else {
+            e4m3::act_scale
+        };
+        let (f, i) = scale(amax(&v));
         inv[tok] = i;
         for (c, &x) in v.iter().enumerate() {
-            qs[tok * k + c / 16 * 16 + e4m3::ACT_SLOT[c % 16]] = e4m3::encode(x * f);
+            if f16 {
+                let at = 2 * (tok * k + c);
+                qs[at..at + 2].copy_from_slice(&half::f16::from_f32(x * f).to_le_bytes());
+            } else {
+                qs[tok * k + c / 16 * 16 + e4m3::ACT_SLOT[c % 16]] = e4m3::encode(x * f);
+            }
         }
     }
-    mem.write(p.qs, t * k)?.copy_from_slice(&qs);
+    mem.write(p.qs, t * k * width)?.copy_from_slice(&qs);
     mem.write(p.ds, t * 4)?
         .copy_from_slice(bytemuck::cast_slice(&inv));
     Ok(())
 }
 
-/// What an FP8 × FP8 GEMM relies on from its tensor map: a CPU map of its E4M3 codes `[tokens][k]`
-/// at `x`, viewed as 2-byte elements (`k / 2` of them a row) in boxes of [`GEMM_WG_TOKENS`] ×
-/// 64 (128 bytes). The CPU reference reads the codes at `x` itself.
-fn e4m3_map_check(p: &GemmParams) -> Result<()> {
+/// What an FP8-weight persistent GEMM relies on from its tensor map: a CPU map of its quantized
+/// activations `[tokens][k]` at `x` as 2-byte elements, `cols` of them a row (E4M3 codes:
+/// `k / 2`; f16: `k`), in boxes of [`GEMM_WG_TOKENS`] × 64 (128 bytes). The CPU reference
+/// reads the activations at `x` itself.
+fn quantized_map_check(p: &GemmParams, cols: u64, what: &str) -> Result<()> {
     let w = &p.xmap.0;
     let want = [
         CPU_MAP_TAG,
         p.x,
         p.tokens as u64,
-        p.k as u64 / 2,
+        cols,
         GEMM_WG_TOKENS as u64,
         TILE_K as u64,
     ];
     if w[..6] != want {
         return Err(Error::Invalid(format!(
-            "w8a8_gemm: activation map {:x?} is not the CPU map of the E4M3 activations {want:x?}",
+            "gemm: activation map {:x?} is not the CPU map of {what} {want:x?}",
             &w[..6]
         )));
     }
     Ok(())
+}
+
+/// The activations a `w8a16_gemm*` launch reads: f16 values times each token's inverse scale.
+fn f16_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Result<Vec<f64>> {
+    let v = mem.read(p.x, t * k * 2)?;
+    let inv = f32s(mem, p.x_scales, t)?;
+    Ok(v.chunks_exact(2)
+        .enumerate()
+        .map(|(i, b)| half::f16::from_le_bytes([b[0], b[1]]).to_f64() * inv[i / k] as f64)
+        .collect())
 }
 
 /// The activations a `w8a8_gemm*` launch reads: E4M3 codes (`ACT_SLOT` order) times each
@@ -725,7 +760,8 @@ fn e4m3_activations(mem: &Memory, p: &GemmParams, t: usize, k: usize) -> Result<
 }
 
 /// Prefill GEMM: `Y = W·X` over all tokens (bf16 in and out; activations read as `x` says:
-/// E4M3 with per-token scales for the `w8a8` kernels, through the TMA map for the BF16 ones);
+/// E4M3 or f16 with per-token scales for the `w8a8` / `w8a16` kernels, through the TMA map for
+/// the BF16 ones);
 /// with two projections `act(gate)·up`, rounded to bf16 as the GPU epilogue does.
 fn gemm(mem: &mut Memory, p: &GemmParams, format: Format, x: XSource) -> Result<()> {
     let (n, k, t) = (p.n as usize, p.k as usize, p.tokens as usize);
@@ -734,6 +770,7 @@ fn gemm(mem: &mut Memory, p: &GemmParams, format: Format, x: XSource) -> Result<
     }
     let x = match x {
         XSource::E4m3 => e4m3_activations(mem, p, t, k)?,
+        XSource::F16 => f16_activations(mem, p, t, k)?,
         XSource::Map => mapped_activations(mem, p, t, k)?,
         XSource::Bf16 => bf16s(mem, p.x, t * k)?,
     };

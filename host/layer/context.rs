@@ -36,8 +36,9 @@ pub const MAX_GEMV_TOKENS: usize = 8;
 /// bytes and 8 bytes of `(d, s)` per 32 values; when only the `nvfp4_mmq` arm is enabled, its
 /// NVFP4 activation scratch in the same buffers: `max_tokens · hidden` int8 doubled E2M1 codes
 /// and an f32 factor per 16 values; when the `w8a8_gemm` arm is enabled, the `q4k_mmq` sizes
-/// (its E4M3 codes and per-token scales fit them). Everything is allocated here: no call
-/// allocates.
+/// (its E4M3 codes and per-token scales fit them); an f32 scale per token for the `w8a16_gemm`
+/// arm (whose f16 activations live in `out` and the prefill activation). Everything is
+/// allocated here: no call allocates.
 pub struct ForwardContext {
     pub(crate) max_tokens: usize,
     pub(crate) hidden: usize,
@@ -54,6 +55,8 @@ pub struct ForwardContext {
     pub(crate) pack: DeviceBuffer,
     pub(crate) pack_scales: DeviceBuffer,
     pub(crate) lora: super::lora::LoraScratch,
+    /// f32 `[max_tokens]`: the `w8a16_gemm` arm's per-token activation scales.
+    pub(crate) act_scales: DeviceBuffer,
     /// The `q4k_mmq` / `nvfp4_mmq` arms' activation scratch (when the layer enabled an arm
     /// before this was made; the two arms never run at once, so they share it).
     pub(crate) mmq: Option<super::mmq::MmqScratch>,
@@ -110,6 +113,7 @@ impl ForwardContext {
             pack: DeviceBuffer::alloc(gpu, pack)?,
             pack_scales: DeviceBuffer::alloc(gpu, pack_scales)?,
             lora: super::lora::LoraScratch::new(gpu, max_tokens, layer.lora_pad())?,
+            act_scales: DeviceBuffer::alloc(gpu, max_tokens * 4)?,
             mmq: match (
                 layer.prefill_config().q4k_mmq || layer.prefill_config().w8a8,
                 layer.prefill_config().nvfp4_mmq,
@@ -156,6 +160,7 @@ impl ForwardContext {
             &self.gemm_counters,
             &self.pack,
             &self.pack_scales,
+            &self.act_scales,
         ]
         .iter()
         .map(|b| b.len())

@@ -369,8 +369,9 @@ impl DenseFfnLayer {
         )
     }
 
-    /// Launches a per-token activation quantizer (`quantize_nvfp4_act`, `quantize_e4m3_act`):
-    /// one block of `threads` per token over `x` (bf16 `[n][k]`) into `s`'s codes and scales,
+    /// Launches a per-token activation quantizer (`quantize_nvfp4_act`, `quantize_e4m3_act`,
+    /// `quantize_f16_act`): one block of `threads` per token over `x` (bf16 `[n][k]`) into codes
+    /// `q` and scales `d`,
     /// with a shared-memory slot per warp for the block's maximum; `dependent`: as the
     /// programmatic dependent of the kernel before it (the quantizer waits for it first).
     pub(crate) fn launch_token_quantize(
@@ -378,13 +379,13 @@ impl DenseFfnLayer {
         kernel: &'static str,
         threads: u32,
         (x, k, n): (DevicePtr, usize, usize),
-        s: &MmqScratch,
+        (q, d): (DevicePtr, DevicePtr),
         (stream, dependent): (u64, bool),
     ) -> Result<()> {
         let p = Q8Params {
             x: x.0,
-            qs: s.q.ptr().0,
-            ds: s.d.ptr().0,
+            qs: q.0,
+            ds: d.0,
             tokens: n as u32,
             k: k as u32,
         };

@@ -23,7 +23,7 @@ pub use overlay::{
     DenseWeight, Fp8Weight, Overlay, OverlayKind, PackedQ2Weight, Q4kWeight, TiledWeight,
 };
 pub use prefill::{PrefillArm, PREFILL_LOG_TARGET};
-pub use w8a8::{kernels as w8a8_kernels, W8A8_ENV};
+pub use w8a8::{a16_kernels as w8a16_kernels, kernels as w8a8_kernels, W8A8_ENV};
 pub use weights::{DenseFfnWeights, Nvfp4Weight};
 
 use crate::backend::{DevicePtr, GpuBackend, Launch};

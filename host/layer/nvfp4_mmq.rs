@@ -294,7 +294,7 @@ impl DenseFfnLayer {
             kernels::QUANTIZE,
             NVFP4_ACT_THREADS,
             (input, h, n),
-            s,
+            (s.q.ptr(), s.d.ptr()),
             (stream, false),
         )?;
         let gu = W4a4Params {

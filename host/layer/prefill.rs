@@ -8,7 +8,7 @@
 //! | 2a | `q4k_mmq` | native Q4_K weights are installed, the MMQ arm is enabled and they have MMQ copies | `quantize_q8_32`, `q4k_mmq_gate_up_act`, `quantize_q8_32`, `q4k_mmq` |
 //! | 2b | `q4k_gemm` | native Q4_K weights are installed | `q4k_gemm_gate_up_act`, `q4k_gemm` |
 //! | 3a | `w8a8_gemm` | an FP8 overlay is installed and the FP8 × FP8 arm is enabled | `quantize_e4m3_act`, `w8a8_gemm_gate_up_act`, `quantize_e4m3_act`, `w8a8_gemm` |
-//! | 3b | `w8a16_gemm` | an FP8 overlay is installed | `w8a16_gemm_gate_up_act`, `w8a16_gemm` |
+//! | 3b | `w8a16_gemm` | an FP8 overlay is installed | `quantize_f16_act`, `w8a16_gemm_gate_up_act`, `quantize_f16_act`, `w8a16_gemm` |
 //! | 4a | `bf16_gemv_m8` | a BF16 overlay is installed and N ≤ 8 | `bf16_gemv_gate_up`, (`gelu_mul`), `bf16_gemv` |
 //! | 4b | `bf16_gemm` | a BF16 overlay is installed and N > 8 | `bf16_gemm_gate_up_act`, `bf16_gemm` |
 //! | 5a | `q4k_mmq` | no overlay, the MMQ arm is enabled and `finalize_q4k_load` made the Q4_K copies | as 2a |
@@ -61,7 +61,10 @@ pub enum PrefillArm {
     Q2Gemm,
     /// The same GEMM over the native Q4_K weights' 4-bit tiles.
     Q4kGemm,
-    /// The same GEMM over the FP8 overlay's E4M3 tiles (W8A16).
+    /// FP8 weights × bf16 activations (W8A16) on the persistent GEMM of the FP8 × FP8 arm:
+    /// activations converted per token to f16 (a power-of-two scale), `wgmma` f16 products over
+    /// the FP8 overlay's tiles; quantize, gate+up with the activation fused, quantize, down;
+    /// 4 launches.
     Fp8Gemm,
     /// FP8 × FP8 over the FP8 overlay's tiles: activations quantized per token to E4M3,
     /// `wgmma` e4m3 products; quantize, gate+up with the activation fused, quantize, down;
@@ -103,7 +106,7 @@ impl PrefillArm {
             PrefillArm::Nvfp4TM128 => &["gemm_nvfp4_t_gate_up_act", "gemm_nvfp4_t_down"],
             PrefillArm::Q2Gemm => &["q2_0_gemm_gate_up_act", "q2_0_gemm"],
             PrefillArm::Q4kGemm => &["q4k_gemm_gate_up_act", "q4k_gemm"],
-            PrefillArm::Fp8Gemm => &["w8a16_gemm_gate_up_act", "w8a16_gemm"],
+            PrefillArm::Fp8Gemm => &super::w8a16_kernels::ALL,
             PrefillArm::Bf16Gemm => &["bf16_gemm_gate_up_act", "bf16_gemm"],
             PrefillArm::Bf16GemvM8 => &["bf16_gemv_gate_up", "bf16_gemv"],
             PrefillArm::Q4kMmq => &[
@@ -225,8 +228,8 @@ impl DenseFfnLayer {
             self.prefill_mmq(input, num_tokens, ctx, stream)?;
         } else if arm == PrefillArm::Nvfp4Mmq {
             self.prefill_nvfp4_mmq(input, num_tokens, ctx, stream)?;
-        } else if arm == PrefillArm::W8a8Gemm {
-            self.prefill_w8a8(input, num_tokens, ctx, stream)?;
+        } else if arm == PrefillArm::W8a8Gemm || arm == PrefillArm::Fp8Gemm {
+            self.prefill_fp8(arm == PrefillArm::Fp8Gemm, input, num_tokens, ctx, stream)?;
         } else {
             let (gate, up, down) = self.prefill_weights(arm)?;
             self.prefill_gemm(arm, [gate, up, down], input, num_tokens, ctx, stream)?;
@@ -363,7 +366,7 @@ impl DenseFfnLayer {
         }
         if shape.x_map {
             // The FP8 × FP8 GEMMs' E4M3 codes are mapped as 2-byte elements: a box of 64 of
-            // them is the stage's 128 columns.
+            // them is the stage's 128 columns (the others' bf16 or f16: 64 columns).
             let w8a8 = kernel.starts_with("w8a8");
             p.xmap = self.gpu().encode_tile_map(&TileMapSpec {
                 base: DevicePtr(p.x),
@@ -387,9 +390,9 @@ impl DenseFfnLayer {
             smem: shape.smem,
             params: p.as_bytes(),
         };
-        // The FP8 × FP8 GEMMs wait for their quantized input (`griddepcontrol.wait`) after
+        // The FP8-weight GEMMs wait for their quantized input (`griddepcontrol.wait`) after
         // setting up their barriers, so they start under the quantizer's tail.
-        if p.lora_rank != 0 || kernel.starts_with("w8a8") {
+        if p.lora_rank != 0 || kernel.starts_with("w8a8") || kernel.starts_with("w8a16") {
             self.gpu().launch_dependent(&launch, stream)
         } else {
             self.gpu().launch(&launch, stream)
@@ -522,6 +525,8 @@ fn pair_variant(kernel: &str) -> Option<&'static str> {
         "bf16_gemm_splitk" => Some("bf16_gemm_splitk_x2"),
         "w8a8_gemm_gate_up_act" => Some("w8a8_gemm_gate_up_act_x2"),
         "w8a8_gemm" => Some("w8a8_gemm_x2"),
+        "w8a16_gemm_gate_up_act" => Some("w8a16_gemm_gate_up_act_x2"),
+        "w8a16_gemm" => Some("w8a16_gemm_x2"),
         _ => None,
     }
 }
@@ -536,7 +541,6 @@ fn splitk_variant(kernel: &str) -> Option<(&'static str, u32)> {
         "gemm_nvfp4_t_down" => Some(("gemm_nvfp4_t_down_splitk", 2)),
         "q2_0_gemm" => Some(("q2_0_gemm_splitk", 4)),
         "q4k_gemm" => Some(("q4k_gemm_splitk", 4)),
-        "w8a16_gemm" => Some(("w8a16_gemm_splitk", 4)),
         "bf16_gemm" => Some(("bf16_gemm_splitk", 2)),
         _ => None,
     }

@@ -382,8 +382,9 @@ fn launch_every_path(
                 seen.extend(layer.prefill_kernels(n));
                 layer.forward_prefill(x, n, &mut ctx, 0).unwrap();
             }
-            if set == Some(OverlayKind::Bf16) {
-                // Two 128-token blocks: the BF16 GEMMs' cluster-pair (`_x2`) entry points.
+            if matches!(set, Some(OverlayKind::Bf16 | OverlayKind::Fp8)) {
+                // Two 128-token blocks: the BF16 and FP8 × bf16 GEMMs' cluster-pair (`_x2`)
+                // entry points.
                 let mut ctx = ForwardContext::new(&layer, PAIR_TOKENS).unwrap();
                 seen.extend(layer.prefill_kernels(PAIR_TOKENS));
                 layer

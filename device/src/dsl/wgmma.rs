@@ -180,6 +180,25 @@ pub fn wgmma_m64n128k16_bf16_ss(acc: &mut [f32; 64], a_desc: u64, b_desc: u64) {
     };
 }
 
+/// `D += A·B` on the warpgroup in f16: `wgmma.mma_async…m64n128k16.f32.f16.f16`, A (64×16 f16,
+/// this warp's 16 rows, the `mma.m16n8k16` A-fragment layout: register `r` holds row
+/// `g + 8·(r & 1)`, columns `2t + 8·(r >> 1)` and the next, low half first) in `a`, B (16×128
+/// f16, K-major) from shared memory by `desc` ([`desc_k128b`], `at` advanced 32 bytes per k16
+/// step), D as [`wgmma_m64n128k16_bf16`]'s. Asynchronous, as that one.
+#[inline(always)]
+pub fn wgmma_m64n128k16_f16(acc: &mut [f32; 64], a: [u32; 4], desc: u64) {
+    // SAFETY: as wgmma_m64n128k16_bf16.
+    unsafe {
+        wgmma_m64n128_rs!(
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+            "1, 1, 0",
+            acc,
+            a,
+            desc
+        )
+    };
+}
+
 /// `D += A·B` on the warpgroup in FP8: `wgmma.mma_async…m64n128k32.f32.e4m3.e4m3`, A (64×32
 /// E4M3, this warp's 16 rows: register `r` holds row `g + 8·(r & 1)`, columns
 /// `4t + 16·(r >> 1)` .. `+ 4`, low byte first) in `a`, B (32×128 E4M3, K-major) from shared

@@ -74,6 +74,25 @@ pub const ACT_SLOT: [usize; 16] = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
 /// `amax` gives `inv = NaN`, so a token with an Inf or NaN input yields NaN outputs.
 #[inline]
 pub fn act_scale(amax: f32) -> (f32, f32) {
+    scale_below(amax, MAX, 8)
+}
+
+/// The largest magnitude [`act_scale_f16`] scales a token to: 2^15, half of f16's range.
+pub const F16_ACT_MAX: f32 = 32768.0;
+
+/// The per-token power-of-two scale of activations converted to f16 for the FP8 × bf16 prefill
+/// (`w8a16_gemm*`): as [`act_scale`] with `amax·f ≤` [`F16_ACT_MAX`], so the token's values
+/// keep f16's 11 significant bits (a bf16 value is exact unless it falls 2^28 below the
+/// token's largest) and no f16 overflows.
+#[inline]
+pub fn act_scale_f16(amax: f32) -> (f32, f32) {
+    scale_below(amax, F16_ACT_MAX, 15)
+}
+
+/// `(f, 1/f)`, `f` the largest power of two (at most 2^126) with `amax·f ≤ max`, `max` in
+/// `[2^top, 2^(top+1))`; `(1, 1)` for 0 and `(1, NaN)` for a non-finite `amax`.
+#[inline]
+fn scale_below(amax: f32, max: f32, top: i32) -> (f32, f32) {
     if !amax.is_finite() {
         return (1.0, f32::NAN);
     }
@@ -81,9 +100,9 @@ pub fn act_scale(amax: f32) -> (f32, f32) {
         return (1.0, 1.0);
     }
     let e = ((amax.to_bits() >> 23) & 0xFF) as i32 - 127;
-    let k = (8 - e).clamp(-126, 126);
+    let k = (top - e).clamp(-126, 126);
     let mut f = pow2(k);
-    if amax * f > MAX {
+    if amax * f > max {
         f *= 0.5;
     }
     (f, 1.0 / f)
@@ -112,20 +131,25 @@ mod tests {
 
     #[test]
     fn act_scale_is_the_largest_power_of_two_that_fits() {
-        for amax in [
-            1e-30f32, 0.003, 0.5, 1.0, 1.75, 1.76, 3.5, 448.0, 449.0, 7e4, 3e38,
-        ] {
-            let (f, inv) = act_scale(amax);
-            assert!(
-                amax * f <= MAX && amax * f * 2.0 > MAX || f == pow2(126),
-                "{amax}"
-            );
-            assert_eq!(f.to_bits() & 0x7F_FFFF, 0, "{amax}: f not a power of two");
-            assert_eq!(f * inv, 1.0);
+        type Scale = fn(f32) -> (f32, f32);
+        let scales: [(Scale, f32); 2] = [(act_scale, MAX), (act_scale_f16, F16_ACT_MAX)];
+        for (scale, max) in scales {
+            for amax in [
+                1e-30f32, 0.003, 0.5, 1.0, 1.75, 1.76, 3.5, 448.0, 449.0, 7e4, 32768.0, 32769.0,
+                3e38,
+            ] {
+                let (f, inv) = scale(amax);
+                assert!(
+                    amax * f <= max && amax * f * 2.0 > max || f == pow2(126),
+                    "{amax} (max {max})"
+                );
+                assert_eq!(f.to_bits() & 0x7F_FFFF, 0, "{amax}: f not a power of two");
+                assert_eq!(f * inv, 1.0);
+            }
+            assert_eq!(scale(0.0), (1.0, 1.0));
+            assert!(scale(f32::INFINITY).1.is_nan() && scale(f32::NAN).1.is_nan());
+            assert_eq!(scale(f32::from_bits(1)).0, pow2(126));
         }
-        assert_eq!(act_scale(0.0), (1.0, 1.0));
-        assert!(act_scale(f32::INFINITY).1.is_nan() && act_scale(f32::NAN).1.is_nan());
-        assert_eq!(act_scale(f32::from_bits(1)).0, pow2(126));
     }
 
     /// The E4M3 definition written out independently of `decode`, in f64.

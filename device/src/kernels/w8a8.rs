@@ -30,11 +30,12 @@ use super::bulk_gemm::{
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
 use crate::dsl::*;
-use crate::formats::e4m3::{act_scale, ACT_SLOT};
+use crate::formats::e4m3::{act_scale, act_scale_f16, ACT_SLOT};
 use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
-    w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params, GEMM_WG_TOKENS, Q8_THREADS,
+    w8a16_stage_bytes, w8a16_stages, w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params,
+    GEMM_WG_TOKENS, Q8_THREADS,
 };
 
 /// Bytes of one FP8 tile's codes.
@@ -46,6 +47,21 @@ const CODE_BYTES: u32 = TileFormat::Fp8.code_bytes() as u32;
 /// maximum, then the codes (the second pass is served by L1/L2).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_e4m3_act(p: Q8Params) {
+    quantize_act::<false>(p)
+}
+
+/// bf16 `[tokens][k]` → f16 `[tokens][k]` (columns in order) times a per-token power of two,
+/// and f32 `[tokens]` inverse scales ([`act_scale_f16`]), for the FP8 × bf16 GEMMs
+/// (`w8a16_gemm*`). As [`quantize_e4m3_act`]; `qs` may be `x` (in place: each thread rewrites
+/// only the 16-column groups it read, and both passes read through L2, not the read-only path).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_f16_act(p: Q8Params) {
+    quantize_act::<true>(p)
+}
+
+/// [`quantize_e4m3_act`] (`F16` off) or [`quantize_f16_act`].
+#[inline(always)]
+unsafe fn quantize_act<const F16: bool>(p: Q8Params) {
     // Launched as the dependent of the gate+up GEMM whose output it reads (a no-op otherwise);
     // the down GEMM after it may launch at once and waits in turn.
     grid_dependency_wait();
@@ -58,7 +74,12 @@ pub unsafe extern "ptx-kernel" fn quantize_e4m3_act(p: Q8Params) {
     let groups = p.k / 16;
     let load = |g: u32| {
         let at = row.add(g as usize * 32);
-        (ld_nc_v4(at), ld_nc_v4(at.add(16)))
+        if F16 {
+            let v = |a: *const u8| ld_cg_v4_f32(a as *const f32).map(f32::to_bits);
+            (v(at), v(at.add(16)))
+        } else {
+            (ld_nc_v4(at), ld_nc_v4(at.add(16)))
+        }
     };
     let mut amax = 0.0f32;
     let mut g = thread_x();
@@ -73,28 +94,49 @@ pub unsafe extern "ptx-kernel" fn quantize_e4m3_act(p: Q8Params) {
         g += Q8_THREADS;
     }
     let amax = block_max(amax);
-    let (f, inv) = act_scale(amax);
+    let (f, inv) = if F16 {
+        act_scale_f16(amax)
+    } else {
+        act_scale(amax)
+    };
     if thread_x() == 0 {
         *(p.ds as *mut f32).add(tok as usize) = inv;
     }
-    let out = (p.qs as *mut u8).add(tok as usize * p.k as usize);
+    let width = if F16 { 2 } else { 1 };
+    let out = (p.qs as *mut u8).add(tok as usize * p.k as usize * width);
     let mut g = thread_x();
     while g < groups {
         let (a, b) = load(g);
-        // Word q: columns 2q, 2q+1 (a[q]) then 2q+8, 2q+9 (b[q]), as ACT_SLOT places them.
-        let mut w = [0u32; 4];
-        unroll4!(Q, 0 => {
-            let lo = f32x2_to_e4m3x2(
-                bf16_to_f32((a[Q] >> 16) as u16) * f,
-                bf16_to_f32(a[Q] as u16) * f,
-            );
-            let hi = f32x2_to_e4m3x2(
-                bf16_to_f32((b[Q] >> 16) as u16) * f,
-                bf16_to_f32(b[Q] as u16) * f,
-            );
-            w[Q] = lo | (hi << 16);
-        });
-        st_global_v4(out.add(g as usize * 16), w);
+        if F16 {
+            // Word q of each half: columns 2q, 2q+1 (low half first), as bf16 words are.
+            let half = |v: [u32; 4]| {
+                let mut w = [0u32; 4];
+                unroll4!(Q, 0 => {
+                    w[Q] = pack_f16x2(
+                        bf16_to_f32(v[Q] as u16) * f,
+                        bf16_to_f32((v[Q] >> 16) as u16) * f,
+                    );
+                });
+                w
+            };
+            st_global_v4(out.add(g as usize * 32), half(a));
+            st_global_v4(out.add(g as usize * 32 + 16), half(b));
+        } else {
+            // Word q: columns 2q, 2q+1 (a[q]) then 2q+8, 2q+9 (b[q]), as ACT_SLOT places them.
+            let mut w = [0u32; 4];
+            unroll4!(Q, 0 => {
+                let lo = f32x2_to_e4m3x2(
+                    bf16_to_f32((a[Q] >> 16) as u16) * f,
+                    bf16_to_f32(a[Q] as u16) * f,
+                );
+                let hi = f32x2_to_e4m3x2(
+                    bf16_to_f32((b[Q] >> 16) as u16) * f,
+                    bf16_to_f32(b[Q] as u16) * f,
+                );
+                w[Q] = lo | (hi << 16);
+            });
+            st_global_v4(out.add(g as usize * 16), w);
+        }
         g += Q8_THREADS;
     }
 }
@@ -125,9 +167,13 @@ const _: () = {
     }
 };
 
-/// The FP8 overlay's tiles as [`bulk_gemm`]'s format: two 64-column tiles (128 columns, one
-/// checkpoint block) a stage; the single projection's block is one 128-row slice.
-pub(super) struct Fp8Tiles;
+/// The FP8 overlay's tiles as [`bulk_gemm`]'s format; the single projection's block is one
+/// 128-row slice. With E4M3 activations (`A16` off: `w8a8_gemm*`) a stage is two 64-column
+/// tiles (128 columns, one checkpoint block) multiplied by `wgmma…k32.e4m3`; with f16
+/// activations (`A16`: `w8a16_gemm*`, the activations keeping bf16's precision) a stage is one
+/// tile, whose lane bytes become f16 A registers (`cvt…f16x2.e4m3x2`, exact) for
+/// `wgmma…k16.f16`, half the FP8 rate.
+pub(super) struct Fp8Tiles<const A16: bool>;
 
 /// A consumer thread's accumulators: gate's (or the single projection's) and up's 64, each the
 /// sum divided by its running scale `run`.
@@ -137,9 +183,9 @@ pub(super) struct Fp8Acc {
     run: [f32; 2],
 }
 
-impl BulkFormat for Fp8Tiles {
+impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
     type Acc = Fp8Acc;
-    const CHUNK_TILES: u32 = 2;
+    const CHUNK_TILES: u32 = if A16 { 1 } else { 2 };
     const TILE_BYTES: u32 = CODE_BYTES;
     const SINGLE_SLICES: u32 = 1;
     // 128 accumulators, two projections' A registers and lane bytes: at 168 registers ptxas
@@ -147,24 +193,35 @@ impl BulkFormat for Fp8Tiles {
     const CONSUMER_REGS: u32 = super::bulk_gemm::PRODUCER_SHARE.1;
     #[inline(always)]
     fn stage_bytes(dual: bool) -> u32 {
-        w8a8_stage_bytes(dual)
+        if A16 {
+            w8a16_stage_bytes(dual)
+        } else {
+            w8a8_stage_bytes(dual)
+        }
     }
     #[inline(always)]
     fn stages(dual: bool) -> u32 {
-        w8a8_stages(dual)
+        if A16 {
+            w8a16_stages(dual)
+        } else {
+            w8a8_stages(dual)
+        }
     }
     #[inline(always)]
     fn zero() -> Fp8Acc {
         Fp8Acc {
             g: [0.0; 64],
             u: [0.0; 64],
-            run: [0.0; 2],
+            // With f16 activations the block scales are applied to the weights: the sums are
+            // whole.
+            run: [if A16 { 1.0 } else { 0.0 }; 2],
         }
     }
-    /// A consumer warp, one unit: per stage (the block's ring chunks `i0 ..`, K's 128-column
-    /// blocks `w.chunks.0 ..`) it waits for the stage, reads its row tile's lane bytes, waits for
-    /// the previous stage's products and releases that stage, rescales, and issues the stage's 4
-    /// (8 with gate and up) `wgmma.m64n128k32` over the block's 128 tokens.
+    /// A consumer warp, one unit: per stage (the block's ring chunks `i0 ..`, K's chunks
+    /// `w.chunks.0 ..` of 128 or, with `A16`, 64 columns) it waits for the stage, reads its row
+    /// tile's lane bytes, waits for the previous stage's products and releases that stage,
+    /// rescales, and issues the stage's 4 (8 with gate and up) `wgmma.m64n128k32` (`A16`:
+    /// `m64n128k16`) over the block's 128 tokens.
     #[inline(always)]
     unsafe fn consume<const DUAL: bool, const PAIR: bool>(
         p: &GemmParams,
@@ -173,6 +230,9 @@ impl BulkFormat for Fp8Tiles {
         i0: u32,
         acc: &mut Fp8Acc,
     ) {
+        if A16 {
+            return consume_f16::<DUAL, PAIR>(p, ring, w, i0, acc);
+        }
         let (c0, chunks) = w.chunks;
         let k_tiles = p.k / TILE_K as u32;
         let row_tile = w.tile.0 * ROW_TILES + warp_id();
@@ -205,8 +265,8 @@ impl BulkFormat for Fp8Tiles {
             );
             let second = 2 * c + 1 < k_tiles;
             wgmma_wait::<0>();
-            if j >= 1 && lane() == 0 {
-                release::<PAIR>(ring.empty(i - 1));
+            if j >= 1 {
+                release_read::<PAIR>(ring.empty(i - 1));
             }
             let live0 = rescale(&mut acc.g, &mut acc.run[0], cur.0);
             let live1 = DUAL && rescale(&mut acc.u, &mut acc.run[1], cur.1);
@@ -226,8 +286,8 @@ impl BulkFormat for Fp8Tiles {
             wgmma_commit();
         }
         wgmma_wait::<0>();
-        if chunks > 0 && lane() == 0 {
-            release::<PAIR>(ring.empty(i0 + chunks - 1));
+        if chunks > 0 {
+            release_read::<PAIR>(ring.empty(i0 + chunks - 1));
         }
     }
 
@@ -280,6 +340,146 @@ fn a_regs(v: [u32; 4], live: bool) -> [u32; 4] {
     ]
 }
 
+/// [`Fp8Tiles`]`<true>`'s consumer warp, one unit: per stage (the block's ring chunks `i0 ..`,
+/// K's 64-column tiles `w.chunks.0 ..`) it waits for the stage, turns its row tile's lane bytes
+/// into f16 A registers times the tile's block scale (`block / global`, f16, loaded a stage
+/// ahead: the weights as the FP8 decode GEMV multiplies them), issues the stage's 4 (8 with gate
+/// and up) `wgmma.m64n128k16.f16` over the block's 128 tokens, and releases the stage before
+/// once its products are done (one stage's products stay in flight, as the BF16 kernel's: no
+/// running scale to bring the accumulators to). The `wgmma`s read their A registers until they
+/// complete, so consecutive stages must not share them: the loop runs stages in pairs, two
+/// copies of [`stage_f16`] with registers of their own, and a stage's registers are written
+/// again two stages later, after `wgmma.wait_group 1` has seen its products done.
+#[inline(always)]
+unsafe fn consume_f16<const DUAL: bool, const PAIR: bool>(
+    p: &GemmParams,
+    ring: &Ring,
+    w: &Unit,
+    i0: u32,
+    acc: &mut Fp8Acc,
+) {
+    let (c0, chunks) = w.chunks;
+    let k_tiles = p.k / TILE_K as u32;
+    let row_tile = w.tile.0 * ROW_TILES + warp_id();
+    let s = F16Stage {
+        k_tiles,
+        row_tile,
+        live: row_tile < p.n / TILE_ROWS as u32,
+        // This lane's bytes of row tile `warp` in a stage (one 1 KiB tile a row tile): gate's
+        // (or the single projection's), then up's 8 row tiles later.
+        lane_at: X_BYTES + warp_id() * CODE_BYTES + lane() * 16,
+    };
+    let mut next = s.scales::<DUAL>(p, c0);
+    let mut j = 0;
+    while j < chunks {
+        stage_f16::<DUAL, PAIR>(p, ring, &s, (i0, c0, chunks, j), &mut next, acc);
+        if j + 1 < chunks {
+            stage_f16::<DUAL, PAIR>(p, ring, &s, (i0, c0, chunks, j + 1), &mut next, acc);
+        }
+        j += 2;
+    }
+    wgmma_wait::<0>();
+    if chunks > 0 {
+        release_read::<PAIR>(ring.empty(i0 + chunks - 1));
+    }
+}
+
+/// What a consumer warp of [`consume_f16`] keeps over a unit.
+struct F16Stage {
+    k_tiles: u32,
+    row_tile: u32,
+    /// The warp's row tile is inside the matrix.
+    live: bool,
+    /// The lane's first byte in a stage.
+    lane_at: u32,
+}
+
+impl F16Stage {
+    /// Tile `c`'s scale words of gate (or the single projection) and up (their low halves are
+    /// the f16 scales); 0 past the matrix.
+    #[inline(always)]
+    unsafe fn scales<const DUAL: bool>(&self, p: &GemmParams, c: u32) -> (u32, u32) {
+        let at = (self.row_tile * self.k_tiles + c) as usize;
+        let one = |sc: u64| {
+            if self.live {
+                *(sc as *const u32).add(at)
+            } else {
+                0
+            }
+        };
+        (one(p.s0), if DUAL { one(p.s1) } else { 0 })
+    }
+}
+
+/// Stage `j` of [`consume_f16`]'s unit (`(i0, c0, chunks, j)`: the unit's first ring chunk,
+/// first tile of K, tiles, this stage): its products with `*next` as its scales, the next
+/// stage's scales loaded into `*next`, the stage before released once its products are done.
+#[inline(always)]
+unsafe fn stage_f16<const DUAL: bool, const PAIR: bool>(
+    p: &GemmParams,
+    ring: &Ring,
+    s: &F16Stage,
+    (i0, c0, chunks, j): (u32, u32, u32, u32),
+    next: &mut (u32, u32),
+    acc: &mut Fp8Acc,
+) {
+    let i = i0 + j;
+    let cur = *next;
+    if j + 1 < chunks {
+        *next = s.scales::<DUAL>(p, c0 + j + 1);
+    }
+    mbar_wait(ring.full(i), ring.parity(i));
+    let st = ring.stage(i);
+    let (at0, at1) = (
+        st.add(s.lane_at),
+        st.add(s.lane_at + ROW_TILES * CODE_BYTES),
+    );
+    unroll4!(J, 0 => {
+        // Step J: columns 16J.. of the tile, the lane's 8 bytes there.
+        let off = (J as u32 / 2) * 512 + (J as u32 % 2) * 8;
+        let a0 = f16_regs(at0.add(off).ld_v2(), cur.0, s.live);
+        let a1 = if DUAL { f16_regs(at1.add(off).ld_v2(), cur.1, s.live) } else { a0 };
+        let desc = desc_k128b(st.add(32 * J as u32));
+        wgmma_fence();
+        wgmma_m64n128k16_f16(&mut acc.g, a0, desc);
+        if DUAL {
+            wgmma_m64n128k16_f16(&mut acc.u, a1, desc);
+        }
+    });
+    wgmma_commit();
+    wgmma_wait::<1>();
+    if j >= 1 {
+        release_read::<PAIR>(ring.empty(i - 1));
+    }
+}
+
+/// A consumer warp's release of a stage whose bytes its lanes read with `ld.shared` (the FP8
+/// tiles' lane bytes): the warp synchronizes, so every lane's reads happen before lane 0's
+/// arrival ([`release`]) lets the producer copy over them. Called by the whole warp.
+#[inline(always)]
+unsafe fn release_read<const PAIR: bool>(empty: Smem) {
+    sync_warp();
+    if lane() == 0 {
+        release::<PAIR>(empty);
+    }
+}
+
+/// The k16 f16 A registers of a lane's 8 bytes of one 16-column step (`formats::tiles`: the
+/// E4M3 pairs of registers 0..4 in order, even column in the low byte), each times the low half
+/// of `scale` (the tile's f16 block scale); zeros for a row tile past the matrix.
+#[inline(always)]
+fn f16_regs(v: [u32; 2], scale: u32, live: bool) -> [u32; 4] {
+    if !live {
+        return [0; 4];
+    }
+    [
+        hmul2_by_lo(e4m3x2_to_f16x2(v[0]), scale),
+        hmul2_by_lo(e4m3x2_hi_to_f16x2(v[0]), scale),
+        hmul2_by_lo(e4m3x2_to_f16x2(v[1]), scale),
+        hmul2_by_lo(e4m3x2_hi_to_f16x2(v[1]), scale),
+    ]
+}
+
 /// Brings `acc` (the sum divided by `*run`) to the scale of a stage with scale `s` before its
 /// products are added; returns whether the stage contributes (`s != 0`).
 #[inline(always)]
@@ -304,13 +504,25 @@ bulk_entries! {
     /// `x_scales`) times the FP8 overlay's gate and up tiles; bf16 `act(g)·u` out. Persistent:
     /// [`crate::params::GEMM_BULK_THREADS`] threads, 128 rows × 128 tokens a unit; shared memory
     /// `w8a8_smem_bytes(true)`.
-    w8a8_gemm_gate_up_act: Fp8Tiles, true, false, false;
+    w8a8_gemm_gate_up_act: Fp8Tiles<false>, true, false, false;
     /// FP8 × FP8 prefill single projection (down): bf16 out. As `w8a8_gemm_gate_up_act`; shared
     /// memory `w8a8_smem_bytes(false)`.
-    w8a8_gemm: Fp8Tiles, false, false, false;
+    w8a8_gemm: Fp8Tiles<false>, false, false, false;
     /// `w8a8_gemm_gate_up_act` in clusters of two blocks over pairs of token tiles, each weight
     /// stage copied once per pair and multicast ([`crate::params::GemmShape::cluster`]).
-    w8a8_gemm_gate_up_act_x2: Fp8Tiles, true, false, true;
+    w8a8_gemm_gate_up_act_x2: Fp8Tiles<false>, true, false, true;
     /// `w8a8_gemm` in cluster pairs, as `w8a8_gemm_gate_up_act_x2`.
-    w8a8_gemm_x2: Fp8Tiles, false, false, true;
+    w8a8_gemm_x2: Fp8Tiles<false>, false, false, true;
+    /// FP8 × bf16 prefill gate+up with the activation fused (the FP8 overlay's default arm):
+    /// f16 activations (through `xmap`, with `x_scales`: [`quantize_f16_act`]) times the FP8
+    /// overlay's gate and up tiles on `wgmma…k16.f16`; bf16 `act(g)·u` out. As
+    /// `w8a8_gemm_gate_up_act`; shared memory `w8a16_smem_bytes(true)`.
+    w8a16_gemm_gate_up_act: Fp8Tiles<true>, true, false, false;
+    /// FP8 × bf16 prefill single projection (down): bf16 out; shared memory
+    /// `w8a16_smem_bytes(false)`.
+    w8a16_gemm: Fp8Tiles<true>, false, false, false;
+    /// `w8a16_gemm_gate_up_act` in cluster pairs, as `w8a8_gemm_gate_up_act_x2`.
+    w8a16_gemm_gate_up_act_x2: Fp8Tiles<true>, true, false, true;
+    /// `w8a16_gemm` in cluster pairs, as `w8a8_gemm_gate_up_act_x2`.
+    w8a16_gemm_x2: Fp8Tiles<true>, false, false, true;
 }

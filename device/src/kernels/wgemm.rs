@@ -425,6 +425,5 @@ macro_rules! overlay_wgemm {
     };
 }
 
-overlay_wgemm!(Fp8, w8a16_gemm_gate_up_act, w8a16_gemm, w8a16_gemm_splitk);
 overlay_wgemm!(Q2, q2_0_gemm_gate_up_act, q2_0_gemm, q2_0_gemm_splitk);
 overlay_wgemm!(Q4k, q4k_gemm_gate_up_act, q4k_gemm, q4k_gemm_splitk);
