@@ -18,6 +18,16 @@ unset DENSEFFN_GPU_TEST_SMALL DENSEFFN_GPU_TEST_OVERLAYS
 s0=$SECONDS; timeout 60 "$here/bin/denseffn" bench --backend cuda --shapes 8b,70b --formats fp8 --m 1 --n 512,4096 --out "$out/fp8" > "$out/fp8.log" 2>&1; echo "== fp8 rc=$? $((SECONDS-s0))s"
 grep -E "prefill" "$out/fp8/bench.md" | cut -d'|' -f2,3,4,6,7,8,9,10
 rm -f "$out"/fp8/*.svg
+# (4) Q4_K decode: the dual GEMV's load depth (UNROLL_DUAL 1 on main; q4k-depth/*.patch: 2 at
+# 96 registers, 2 with launch bounds for 3 blocks per SM, 3 at 127), 8B and 70B, m = 1 and 8.
+tar xzf "$here/variants.tgz" -C "$here/bin"
+for v in "" -d2 -d2b3 -d3; do
+  s0=$SECONDS; timeout 60 "$here/bin/denseffn$v" bench --backend cuda --shapes 8b,70b --formats q4k --m 1,8 --n 128 --out "$out/q4k$v" > "$out/q4k$v.log" 2>&1; echo "== q4k$v rc=$? $((SECONDS-s0))s"
+  rm -f "$out"/q4k$v/*.svg; grep -E "\| forward \||forward_km\(8\)" "$out/q4k$v/bench.md" | cut -d'|' -f2,4,5,7,8,10,11
+done
+for v in -d2 -d2b3 -d3; do
+  DENSEFFN_GPU_TEST_SMALL=1 DENSEFFN_GPU_TEST_OVERLAYS=q4k t q4k-test$v 60 "$here/bin/test-gpu$v" --test-threads=1 --nocapture overlays_match
+done
 S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section InstructionStats"
 D="$here/bin/denseffn"
 timeout 90 ncu -k regex:'w8a16_gemm' -c 2 $S $D bench --backend cuda --shapes 8b --formats fp8 --m 1 --n 4096 --quick > "$out/ncu-w8a16.txt" 2>&1; echo "== ncu w8a16 rc=$?"
