@@ -28,7 +28,7 @@ done
 for v in -d2 -d2b3 -d3; do
   DENSEFFN_GPU_TEST_SMALL=1 DENSEFFN_GPU_TEST_OVERLAYS=q4k t q4k-test$v 60 "$here/bin/test-gpu$v" --test-threads=1 --nocapture overlays_match
 done
-S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section InstructionStats"
+S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section InstructionStats --section ComputeWorkloadAnalysis"
 D="$here/bin/denseffn"
 timeout 90 ncu -k regex:'w8a16_gemm' -c 2 $S $D bench --backend cuda --shapes 8b --formats fp8 --m 1 --n 4096 --quick > "$out/ncu-w8a16.txt" 2>&1; echo "== ncu w8a16 rc=$?"
 for f in q4k q2_0; do
