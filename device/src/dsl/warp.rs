@@ -7,18 +7,6 @@
 extern "C" {
     #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
     fn shfl_sync_bfly_f32(member_mask: u32, v: f32, lane_mask: u32, clamp: u32) -> f32;
-    #[link_name = "llvm.nvvm.bar.warp.sync"]
-    fn bar_warp_sync(member_mask: u32);
-}
-
-/// `__syncwarp()`: every lane of the warp arrives; its memory accesses before it happen before
-/// every lane's after it (e.g. all lanes' shared-memory reads of a stage before lane 0 releases
-/// it on an `mbarrier`). Every lane must call it.
-#[inline(always)]
-pub fn sync_warp() {
-    // SAFETY: a warp barrier over all 32 lanes, called from warp-uniform control flow; the
-    // intrinsic is `convergent`, so it is never sunk into a branch.
-    unsafe { bar_warp_sync(!0) }
 }
 
 /// `__shfl_xor_sync(~0, v, mask)` for f32.

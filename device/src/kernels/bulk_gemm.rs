@@ -74,6 +74,12 @@ pub(super) trait BulkFormat {
     const TILE_BYTES: u32;
     /// 128-row slices of the single-projection block.
     const SINGLE_SLICES: u32;
+    /// Arrivals a consumer warp makes on a stage's empty barrier: 1 (lane 0) where only
+    /// `wgmma` reads the stage, 32 (every lane) where the lanes also read it with `ld.shared`,
+    /// so each lane's own arrival orders its reads before the producer's next copy into the
+    /// stage (a warp sync is no such order for compute-sanitizer's racecheck: ptxas drops it
+    /// in a converged warp).
+    const RELEASE_LANES: u32 = 1;
     /// Registers a consumer thread gets by `setmaxnreg` (the producer warpgroup giving up
     /// its share: 2 · 128 · (N − 168) = 128 · (168 − its)), or 0 to keep the launch's 168.
     const CONSUMER_REGS: u32;
@@ -312,7 +318,8 @@ unsafe fn consume<const PAIR: bool>(ring: &Ring, i0: u32, chunks: u32, acc: &mut
 }
 
 /// A consumer warp's release of a stage: an arrival on its empty barrier, and with `PAIR` on
-/// the partner block's too (the partner's producer multicasts into this block's stage).
+/// the partner block's too (the partner's producer multicasts into this block's stage). Made by
+/// [`BulkFormat::RELEASE_LANES`] lanes of each warp (lane 0, or all).
 #[inline(always)]
 pub(super) unsafe fn release<const PAIR: bool>(empty: Smem) {
     mbar_arrive(empty);
@@ -478,7 +485,7 @@ pub(super) unsafe fn bulk_gemm<
     if thread_x() == 0 {
         for s in 0..ring.stages {
             mbar_init(ring.full(s), FULL_ARRIVALS);
-            mbar_init(ring.empty(s), c * CONSUMER_WARPS);
+            mbar_init(ring.empty(s), c * CONSUMER_WARPS * F::RELEASE_LANES);
         }
         fence_mbarrier_init();
     }

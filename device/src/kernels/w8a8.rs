@@ -188,6 +188,8 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
     const CHUNK_TILES: u32 = if A16 { 1 } else { 2 };
     const TILE_BYTES: u32 = CODE_BYTES;
     const SINGLE_SLICES: u32 = 1;
+    // The lanes read their tile bytes with `ld.shared`: every lane releases the stage.
+    const RELEASE_LANES: u32 = 32;
     // 128 accumulators, two projections' A registers and lane bytes: at 168 registers ptxas
     // serialized the gate+up kernel's `wgmma`s (C7512) and spilled.
     const CONSUMER_REGS: u32 = super::bulk_gemm::PRODUCER_SHARE.1;
@@ -266,7 +268,7 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
             let second = 2 * c + 1 < k_tiles;
             wgmma_wait::<0>();
             if j >= 1 {
-                release_read::<PAIR>(ring.empty(i - 1));
+                release::<PAIR>(ring.empty(i - 1));
             }
             let live0 = rescale(&mut acc.g, &mut acc.run[0], cur.0);
             let live1 = DUAL && rescale(&mut acc.u, &mut acc.run[1], cur.1);
@@ -287,7 +289,7 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
         }
         wgmma_wait::<0>();
         if chunks > 0 {
-            release_read::<PAIR>(ring.empty(i0 + chunks - 1));
+            release::<PAIR>(ring.empty(i0 + chunks - 1));
         }
     }
 
@@ -380,7 +382,7 @@ unsafe fn consume_f16<const DUAL: bool, const PAIR: bool>(
     }
     wgmma_wait::<0>();
     if chunks > 0 {
-        release_read::<PAIR>(ring.empty(i0 + chunks - 1));
+        release::<PAIR>(ring.empty(i0 + chunks - 1));
     }
 }
 
@@ -449,18 +451,7 @@ unsafe fn stage_f16<const DUAL: bool, const PAIR: bool>(
     wgmma_commit();
     wgmma_wait::<1>();
     if j >= 1 {
-        release_read::<PAIR>(ring.empty(i - 1));
-    }
-}
-
-/// A consumer warp's release of a stage whose bytes its lanes read with `ld.shared` (the FP8
-/// tiles' lane bytes): the warp synchronizes, so every lane's reads happen before lane 0's
-/// arrival ([`release`]) lets the producer copy over them. Called by the whole warp.
-#[inline(always)]
-unsafe fn release_read<const PAIR: bool>(empty: Smem) {
-    sync_warp();
-    if lane() == 0 {
-        release::<PAIR>(empty);
+        release::<PAIR>(ring.empty(i - 1));
     }
 }
 
