@@ -436,16 +436,28 @@ unsafe fn stage_f16<const DUAL: bool, const PAIR: bool>(
         st.add(s.lane_at),
         st.add(s.lane_at + ROW_TILES * CODE_BYTES),
     );
+    // The lane's 16 bytes of the tile's columns 0..32 and of 32..64: steps 0, 1 and 2, 3 (8
+    // bytes a step). Every step's A registers are made before the stage's one fence, so its
+    // `wgmma`s issue back to back as one group (a fence between steps made ptxas close a
+    // scoreboard group per step, and `wait_group 1` then kept only the last step in flight).
+    let bytes = |at: Smem| [at.ld_v4(), at.add(512).ld_v4()];
+    let b0 = bytes(at0);
+    let b1 = if DUAL { bytes(at1) } else { b0 };
+    let mut a = [[[0u32; 4]; 2]; 4];
     unroll4!(J, 0 => {
-        // Step J: columns 16J.. of the tile, the lane's 8 bytes there.
-        let off = (J as u32 / 2) * 512 + (J as u32 % 2) * 8;
-        let a0 = f16_regs(at0.add(off).ld_v2(), cur.0, s.live);
-        let a1 = if DUAL { f16_regs(at1.add(off).ld_v2(), cur.1, s.live) } else { a0 };
-        let desc = desc_k128b(st.add(32 * J as u32));
-        wgmma_fence();
-        wgmma_m64n128k16_f16(&mut acc.g, a0, desc);
+        let (h, q) = (J / 2, 2 * (J % 2));
+        a[J][0] = f16_regs([b0[h][q], b0[h][q + 1]], cur.0, s.live);
         if DUAL {
-            wgmma_m64n128k16_f16(&mut acc.u, a1, desc);
+            a[J][1] = f16_regs([b1[h][q], b1[h][q + 1]], cur.1, s.live);
+        }
+    });
+    wgmma_fence();
+    unroll4!(J, 0 => {
+        // Step J: columns 16J.. of the tile.
+        let desc = desc_k128b(st.add(32 * J as u32));
+        wgmma_m64n128k16_f16(&mut acc.g, a[J][0], desc);
+        if DUAL {
+            wgmma_m64n128k16_f16(&mut acc.u, a[J][1], desc);
         }
     });
     wgmma_commit();
