@@ -272,17 +272,24 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
             }
             let live0 = rescale(&mut acc.g, &mut acc.run[0], cur.0);
             let live1 = DUAL && rescale(&mut acc.u, &mut acc.run[1], cur.1);
+            // Every step's A registers first, then one fence and the stage's `wgmma`s back to
+            // back (a fence a step made ptxas issue them step by step, as in `stage_f16`).
+            let mut a = [[[0u32; 4]; 2]; 4];
             unroll4!(J, 0 => {
                 // Step J: tile J / 2 of the stage, its half J % 2.
                 let off = (J as u32 / 2) * CODE_BYTES + (J as u32 % 2) * 512;
                 let here = J < 2 || second;
-                let a0 = a_regs(at0.add(off).ld_v4(), live0 && here);
-                let a1 = if DUAL { a_regs(at1.add(off).ld_v4(), live1 && here) } else { a0 };
-                let desc = desc_k128b(st.add(32 * J as u32));
-                wgmma_fence();
-                wgmma_m64n128k32_e4m3(&mut acc.g, a0, desc);
+                a[J][0] = a_regs(at0.add(off).ld_v4(), live0 && here);
                 if DUAL {
-                    wgmma_m64n128k32_e4m3(&mut acc.u, a1, desc);
+                    a[J][1] = a_regs(at1.add(off).ld_v4(), live1 && here);
+                }
+            });
+            wgmma_fence();
+            unroll4!(J, 0 => {
+                let desc = desc_k128b(st.add(32 * J as u32));
+                wgmma_m64n128k32_e4m3(&mut acc.g, a[J][0], desc);
+                if DUAL {
+                    wgmma_m64n128k32_e4m3(&mut acc.u, a[J][1], desc);
                 }
             });
             wgmma_commit();
