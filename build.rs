@@ -19,11 +19,12 @@ fn main() {
         "w8a16_gemm_gate_up_act",
         "w8a16_gemm",
     ] {
-        // The persistent BF16, FP8 × FP8 and FP8 × bf16 GEMMs: one 384-thread block per SM, so at most 168
-        // registers (without the bound ptxas gave the tail-split gate+up kernel 230, which
-        // cannot launch); their parameter block starts with the activations' TMA tensor map
-        // (`GemmParams::xmap`), which must be 128-byte aligned (CUDA 13's `CUtensorMap`).
-        // Their `_x2` forms run in clusters of two blocks (`GemmShape::cluster`).
+        // The persistent BF16, FP8 × FP8 and FP8 × bf16 GEMMs: one 384-thread block per SM,
+        // so at most 168 registers (without the bound ptxas gave the tail-split gate+up kernel
+        // 230, which cannot launch); their parameter block starts with the activations' TMA
+        // tensor map (`GemmParams::xmap`), which must be 128-byte aligned (CUDA 13's
+        // `CUtensorMap`). Their `_x2` forms run in clusters of two blocks
+        // (`GemmShape::cluster`).
         let x2 = format!("{k}_x2");
         ptx = ptx
             .launch_bounds(k, 384, 1)

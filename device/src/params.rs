@@ -311,8 +311,8 @@ const _: () = assert!(
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TileMap(pub [u64; 16]);
 
-/// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_FAMILIES`] and the persistent GEMMs): two warpgroups of 64 rows,
-/// one `wgmma.m64n128k16` each per 16 columns.
+/// Rows per block of the Hopper prefill GEMMs ([`GEMM_WG_FAMILIES`] and the persistent
+/// GEMMs): two warpgroups of 64 rows, one `wgmma.m64n128k16` each per 16 columns.
 pub const GEMM_WG_ROWS: u32 = 128;
 /// Tokens per block of the Hopper prefill GEMMs (the N of one `m64n128k16`).
 pub const GEMM_WG_TOKENS: u32 = 128;
@@ -466,6 +466,9 @@ pub struct GemmShape {
     /// each weight chunk, each copying half and multicasting it to both, over two adjacent
     /// token tiles: [`gemm_bulk_units`]' units are then such pairs), else 1.
     pub cluster: u32,
+    /// Launched as the programmatic dependent of the kernel before it (the FP8-weight GEMMs:
+    /// they set up their barriers under their quantizer's tail, then wait for it).
+    pub dependent: bool,
 }
 
 /// Units of work of a persistent prefill GEMM launch (`kernels::bulk_gemm`: BF16 and FP8 × FP8)
@@ -539,6 +542,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             persistent: true,
             x_map: true,
             cluster,
+            dependent: true,
         });
     }
     if kernel.starts_with("bf16_gemm") {
@@ -554,6 +558,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
             persistent: true,
             x_map: true,
             cluster,
+            dependent: false,
         });
     }
     let &(_, cb, sb) = GEMM_WG_FAMILIES
@@ -567,6 +572,7 @@ pub fn gemm_shape(kernel: &str, dual: bool) -> Option<GemmShape> {
         persistent: false,
         x_map: false,
         cluster: 1,
+        dependent: false,
     })
 }
 

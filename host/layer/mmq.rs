@@ -371,9 +371,9 @@ impl DenseFfnLayer {
 
     /// Launches a per-token activation quantizer (`quantize_nvfp4_act`, `quantize_e4m3_act`,
     /// `quantize_f16_act`): one block of `threads` per token over `x` (bf16 `[n][k]`) into codes
-    /// `q` and scales `d`,
-    /// with a shared-memory slot per warp for the block's maximum; `dependent`: as the
-    /// programmatic dependent of the kernel before it (the quantizer waits for it first).
+    /// `q` and scales `d`, with a shared-memory slot per warp for the block's maximum;
+    /// `dependent`: as the programmatic dependent of the kernel before it (the quantizer waits
+    /// for it first).
     pub(crate) fn launch_token_quantize(
         &self,
         kernel: &'static str,

@@ -329,7 +329,7 @@ impl DenseFfnLayer {
         let (gx, gy) = (p.n.div_ceil(shape.rows), p.tokens.div_ceil(shape.tokens));
         let mut p = *p;
         let mut kernel = kernel;
-        // A persistent (BF16 or FP8 × FP8) GEMM over an even number of token blocks runs in
+        // A persistent (BF16 or FP8-weight) GEMM over an even number of token blocks runs in
         // cluster pairs (`_x2`).
         let pair = self.gemm_pair_slots(kernel, p.tokens);
         let base = kernel;
@@ -390,9 +390,7 @@ impl DenseFfnLayer {
             smem: shape.smem,
             params: p.as_bytes(),
         };
-        // The FP8-weight GEMMs wait for their quantized input (`griddepcontrol.wait`) after
-        // setting up their barriers, so they start under the quantizer's tail.
-        if p.lora_rank != 0 || kernel.starts_with("w8a8") || kernel.starts_with("w8a16") {
+        if p.lora_rank != 0 || shape.dependent {
             self.gpu().launch_dependent(&launch, stream)
         } else {
             self.gpu().launch(&launch, stream)
