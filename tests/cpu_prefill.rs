@@ -431,3 +431,81 @@ fn prefill_errors_are_clear() {
     }
     assert_eq!(gpu.launch_count(), 0);
 }
+
+/// The FP8 overlay's persistent GEMMs split K as BF16's do, for both of its arms (the default
+/// FP8 × bf16 `w8a16_gemm`, 64-column chunks, and the opt-in FP8 × FP8 `w8a8_gemm`, whose
+/// 128-column chunks make half as many), on a backend that answers 4 SMs:
+/// - h = 4096, i = 384: gate+up's last wave splits, plain at N = 260 (9 tiles, the last one
+///   split) and in cluster pairs at N = 256 (3 pair units on 2 cluster slots, the last split);
+/// - h = 256, i = 4096: down's 2-tile grid at N = 65 splits K (`_splitk`).
+///
+/// The CPU backend checks each launch (persistent grid, splits covering K's chunks with none
+/// empty, workspace, counters zero at launch); the result is held to the arm's bound against
+/// the f64 FFN of the FP8 weights, is the same bits on a second call, and nothing is written
+/// past the last token.
+#[test]
+fn fp8_gemms_split_k_in_chunks_of_their_stages() {
+    use denseffn::layer::{OverlayKind, PrefillConfig};
+    for (h, i) in [(4096, 384), (256, 4096)] {
+        let o = OverlayHost::random(OverlayKind::Fp8, h, i, 71);
+        let x = activations(260 * h, 73);
+        let want = o.reference(&x, FfnActivation::Silu);
+        for (w8a8, bound) in [(false, 1e-2), (true, 8e-2)] {
+            let cpu = Arc::new(CpuBackend::new().with_sm_count(4));
+            let gpu: Arc<dyn GpuBackend> = cpu.clone();
+            let mut layer = HostLayer::random(h, i, 75).layer(&gpu, FfnActivation::Silu);
+            layer.set_prefill_config(PrefillConfig {
+                w8a8,
+                ..PrefillConfig::default()
+            });
+            o.install(&mut layer).unwrap();
+            let mut ctx = ForwardContext::new(&layer, 260).unwrap();
+            let xs = upload_bf16(&gpu, &x);
+            let prefix = if w8a8 { "w8a8_gemm" } else { "w8a16_gemm" };
+            for n in [260usize, 256, 65] {
+                let kernels = layer.prefill_kernels(n);
+                let x2 = if n == 256 { "_x2" } else { "" };
+                let (gate_up, down) = if h == 4096 {
+                    // N = 65 (one tile of 3 row blocks, r = 3 of 4 SMs): no split.
+                    let g = if n == 65 {
+                        format!("{prefix}_gate_up_act")
+                    } else {
+                        format!("{prefix}_gate_up_act_splitk{x2}")
+                    };
+                    (g, format!("{prefix}{x2}"))
+                } else {
+                    // 2 tiles on 4 SMs split; 6, or 2 pair units on 2 cluster slots, do not.
+                    let d = if n == 65 {
+                        format!("{prefix}_splitk")
+                    } else {
+                        format!("{prefix}{x2}")
+                    };
+                    (format!("{prefix}_gate_up_act{x2}"), d)
+                };
+                assert_eq!(kernels[1], gate_up, "{h}×{i} N={n}");
+                assert_eq!(kernels[3], down, "{h}×{i} N={n}");
+                let mut runs = Vec::new();
+                for _ in 0..2 {
+                    gpu.memset(ctx.output(), 0xFF, 260 * h * 2).unwrap();
+                    let before = gpu.launch_count();
+                    let y = layer.forward_prefill(xs, n, &mut ctx, 0).unwrap();
+                    assert_eq!(gpu.launch_count() - before, 4);
+                    runs.push(download_bf16(&gpu, y, 260 * h));
+                }
+                assert!(cpu.last_grid(&gate_up).is_some() && cpu.last_grid(&down).is_some());
+                let err = rel_l2(&runs[0][..n * h], &want[..n * h]);
+                assert!(err < bound, "{prefix} {h}×{i} N={n}: rel L2 {err}");
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&runs[0]),
+                    bits(&runs[1]),
+                    "{prefix} N={n}: runs differ"
+                );
+                assert!(
+                    runs[0][n * h..].iter().all(|v| v.is_nan()),
+                    "{prefix} N={n}: wrote past the end"
+                );
+            }
+        }
+    }
+}

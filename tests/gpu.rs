@@ -1082,6 +1082,82 @@ fn nvfp4_mmq_finalize_then_kv_cache_then_no_allocation_on_the_gpu() {
     assert!(e < 0.16, "rel L2 {e}");
 }
 
+/// The FP8 overlay's GEMMs with K split, both arms (the default FP8 × bf16 `w8a16_gemm*` and
+/// the opt-in FP8 × FP8 `w8a8_gemm*`): (4096, 1024) splits gate+up's tiles (8 row blocks × 1..3
+/// token blocks, all in the last wave; K = 4096: 64 chunks of the FP8 × bf16 GEMMs, 32 of the
+/// FP8 × FP8's), in cluster pairs at N = 130; (1024, 4096) splits down's (8 row blocks). Against
+/// the CPU reference running the same arm (1e-2; the FP8 × FP8 arm 4e-2, as
+/// `w8a8_matches_cpu_reference` says why), the same bits on a second run and on a persistent
+/// grid capped at 3 blocks, nothing written past the last token.
+#[test]
+fn fp8_prefill_split_k_matches_cpu_reference() {
+    use denseffn::layer::{OverlayKind, PrefillConfig};
+    let _memory = device_memory(false);
+    let Some(gpu) = cuda() else { return };
+    let cpu: Arc<dyn GpuBackend> = Arc::new(CpuBackend::new());
+    let x = activations(300 * 4096, 82);
+    for (h, i) in [(4096usize, 1024usize), (1024, 4096)] {
+        let host = HostLayer::random(h, i, 81);
+        let o = OverlayHost::random(OverlayKind::Fp8, h, i, 83);
+        for (w8a8, tol) in [(false, 1e-2), (true, 4e-2)] {
+            let prefix = if w8a8 { "w8a8_gemm" } else { "w8a16_gemm" };
+            let act = if w8a8 {
+                FfnActivation::Gelu
+            } else {
+                FfnActivation::Silu
+            };
+            let (mut cl, mut gl) = (host.layer(&cpu, act), host.layer(&gpu, act));
+            for l in [&mut cl, &mut gl] {
+                l.set_prefill_config(PrefillConfig {
+                    w8a8,
+                    ..PrefillConfig::default()
+                });
+                o.install(l).unwrap();
+            }
+            let mut cc = ForwardContext::new(&cl, 300).unwrap();
+            let mut gc = ForwardContext::new(&gl, 300).unwrap();
+            let (cx, gx) = (
+                upload_bf16(&cpu, &x[..300 * h]),
+                upload_bf16(&gpu, &x[..300 * h]),
+            );
+            for n in [65usize, 130, 300] {
+                let kernels = gl.prefill_kernels(n);
+                let x2 = if n == 130 { "_x2" } else { "" };
+                let (slot, split) = if h == 4096 {
+                    (1, format!("{prefix}_gate_up_act_splitk{x2}"))
+                } else {
+                    (3, format!("{prefix}_splitk{x2}"))
+                };
+                assert_eq!(kernels[slot], split, "({h}, {i}) N={n}");
+                let mut runs = Vec::new();
+                for cap in [None, None, NonZeroU32::new(3)] {
+                    gl.set_gemm_grid_cap(cap);
+                    gpu.memset(gc.output(), 0xFF, 300 * h * 2).unwrap();
+                    let y = gl.forward_prefill(gx, n, &mut gc, 0).unwrap();
+                    runs.push(download_bf16(&gpu, y, 300 * h));
+                }
+                gl.set_gemm_grid_cap(None);
+                let want =
+                    download_bf16(&cpu, cl.forward_prefill(cx, n, &mut cc, 0).unwrap(), n * h);
+                let err = rel_l2(&runs[0][..n * h], &want);
+                println!("({h}, {i}) N={n} ({split}): rel L2 vs CPU reference {err:.2e}");
+                assert!(err < tol, "({h}, {i}) {prefix} N={n}: rel L2 {err}");
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&runs[0]), bits(&runs[1]), "{split} N={n}: runs differ");
+                assert_eq!(
+                    bits(&runs[0]),
+                    bits(&runs[2]),
+                    "{split} N={n}: capped grid differs"
+                );
+                assert!(
+                    runs[0][n * h..].iter().all(|v| v.is_nan()),
+                    "{split} N={n}: wrote past the end"
+                );
+            }
+        }
+    }
+}
+
 /// The FP8 × FP8 prefill arm (`w8a8_gemm`) on the GPU: the activation quantization gives the
 /// CPU reference's codes (up to the sign of zero) and scales, and prefill (4 launches) matches
 /// the CPU reference running the same arm within 4e-2 on sampled tokens, for every N, both
