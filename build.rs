@@ -15,13 +15,9 @@ fn main() {
         "bf16_gemm",
         "bf16_gemm_splitk",
         "w8a8_gemm_gate_up_act",
-        "w8a8_gemm_gate_up_act_splitk",
         "w8a8_gemm",
-        "w8a8_gemm_splitk",
         "w8a16_gemm_gate_up_act",
-        "w8a16_gemm_gate_up_act_splitk",
         "w8a16_gemm",
-        "w8a16_gemm_splitk",
     ] {
         // The persistent BF16, FP8 × FP8 and FP8 × bf16 GEMMs: one 384-thread block per SM,
         // so at most 168 registers (without the bound ptxas gave the tail-split gate+up kernel

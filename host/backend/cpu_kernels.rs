@@ -49,10 +49,6 @@ pub(crate) const KERNELS: &[&str] = &[
     "w8a16_gemm",
     "w8a16_gemm_gate_up_act_x2",
     "w8a16_gemm_x2",
-    "w8a16_gemm_gate_up_act_splitk",
-    "w8a16_gemm_splitk",
-    "w8a16_gemm_gate_up_act_splitk_x2",
-    "w8a16_gemm_splitk_x2",
     "quantize_f16_act",
     "q2_0_gemv_gate_up",
     "q2_0_gemv",
@@ -78,10 +74,6 @@ pub(crate) const KERNELS: &[&str] = &[
     "w8a8_gemm",
     "w8a8_gemm_gate_up_act_x2",
     "w8a8_gemm_x2",
-    "w8a8_gemm_gate_up_act_splitk",
-    "w8a8_gemm_splitk",
-    "w8a8_gemm_gate_up_act_splitk_x2",
-    "w8a8_gemm_splitk_x2",
 ];
 
 /// The weight format a GEMV/GEMM kernel reads, from its name: the overlay prefixes, else NVFP4.
@@ -574,9 +566,7 @@ fn gemm_schedule(mem: &Memory, l: &Launch, p: &GemmParams, sm_count: u32) -> Res
         ));
     }
     if splits > 1 {
-        // Chunks of K: 64 columns, the FP8 × FP8 GEMMs' 128 (two FP8 tiles a stage).
-        let chunk_tiles = if l.kernel.starts_with("w8a8") { 2 } else { 1 };
-        let k_tiles = (p.k / TILE_K as u32).div_ceil(chunk_tiles);
+        let k_tiles = p.k / TILE_K as u32;
         let cps = p.chunks_per_split;
         if p.lora_rank != 0
             || !l

@@ -88,12 +88,8 @@ impl ForwardContext {
             }
         }
         let act = MAX_GEMV_TOKENS * i * 4;
-        // A BF16 or FP8 layer's gate+up GEMM splits K of its last wave's tiles
-        // (`gemm_tail_split`).
-        let tail = matches!(
-            layer.active_overlay(),
-            Some(super::OverlayKind::Bf16 | super::OverlayKind::Fp8)
-        );
+        // A BF16 layer's gate+up GEMM splits K of its last wave's tiles (`gemm_tail_split`).
+        let bf16 = layer.active_overlay() == Some(super::OverlayKind::Bf16);
         // A packed buffer's splits never exceed its chunks.
         let widest = h.max(i) as u32;
         let pack = pack_bytes(MAX_GEMV_TOKENS as u32, widest) as usize;
@@ -111,7 +107,7 @@ impl ForwardContext {
             counters: DeviceBuffer::zeroed(gpu, groups * 4)?,
             gemm_ws: DeviceBuffer::alloc(
                 gpu,
-                gemm_split_ws_elems(h, i, max_tokens, sms, tail) * 4,
+                gemm_split_ws_elems(h, i, max_tokens, sms, bf16) * 4,
             )?,
             gemm_counters: DeviceBuffer::zeroed(gpu, (GEMM_MAX_RESIDENT * sms) as usize * 4)?,
             pack: DeviceBuffer::alloc(gpu, pack)?,

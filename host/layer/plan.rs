@@ -199,7 +199,7 @@ pub fn gemm_tail_split(tiles: u32, k: usize, sm_count: u32) -> Option<(u32, u32,
 
 /// f32 elements of split-K workspace that any plan of an `h × i` layer's prefill over up to
 /// `max_tokens` tokens needs: a down [`gemm_splits`] plan takes `splits × tokens × h`, at most
-/// one wave of `GEMM_WG_ROWS × GEMM_WG_TOKENS` tiles; with `tail` (a BF16 or FP8 layer), a gate+up
+/// one wave of `GEMM_WG_ROWS × GEMM_WG_TOKENS` tiles; with `tail` (a BF16 layer), a gate+up
 /// [`gemm_tail_split`] takes at most `sm_count` (and 8 per tile) tiles' two projections.
 pub fn gemm_split_ws_elems(
     h: usize,

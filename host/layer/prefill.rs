@@ -144,24 +144,22 @@ impl DenseFfnLayer {
             Ok(arm) => {
                 let (h, i) = (self.hidden(), self.intermediate());
                 let kernels = self.arm_kernels(arm);
+                let gate_up = kernels[0];
                 let pair = |k| self.gemm_pair_slots(k, num_tokens as u32);
-                // Each GEMM as `launch_gemm` plans it (the quantizers as they are): gate+up
-                // with its tail split or in pairs (the tail split is the persistent GEMMs'
-                // only, whose layers never carry LoRA), the single projection split or not.
-                let k: Vec<&'static str> = kernels
-                    .iter()
-                    .map(|&k| match gemm_shape(k, true) {
-                        None => k,
-                        Some(shape) if k.contains("gate_up") => {
-                            let tiles = (i as u32).div_ceil(shape.rows)
-                                * (num_tokens as u32).div_ceil(shape.tokens);
-                            match self.gate_up_tail_plan(k, tiles, h, pair(k)) {
-                                Some((name, ..)) => name,
-                                None => pair(k).and_then(|_| pair_variant(k)).unwrap_or(k),
-                            }
-                        }
-                        Some(_) => self.gemm_launch_plan(k, num_tokens, h, i, pair(k)).0,
-                    })
+                // The tail split is BF16's only, whose layers never carry LoRA.
+                let tail = gemm_shape(gate_up, true).and_then(|shape| {
+                    let tiles = (i as u32).div_ceil(shape.rows)
+                        * (num_tokens as u32).div_ceil(shape.tokens);
+                    self.gate_up_tail_plan(gate_up, tiles, h, pair(gate_up))
+                });
+                let whole = pair(gate_up).and_then(|_| pair_variant(gate_up));
+                let k0 = tail.map_or(whole.unwrap_or(gate_up), |(name, ..)| name);
+                let k: Vec<&'static str> = std::iter::once(k0)
+                    .chain(
+                        kernels[1..]
+                            .iter()
+                            .map(|&k| self.gemm_launch_plan(k, num_tokens, h, i, pair(k)).0),
+                    )
                     .collect();
                 self.with_lora(&k[..1], &k[1..])
             }
@@ -417,8 +415,7 @@ impl DenseFfnLayer {
 
     /// The tail split of gate+up GEMM `kernel` over `tiles` tiles ([`gemm_tail_split`]):
     /// `(entry point, split_from, splits, chunks per split)` when the module has its `_splitk`
-    /// variant (the persistent BF16, FP8 × FP8 and FP8 × bf16 GEMMs) and the last wave is
-    /// partial; `DENSEFFN_GEMM_TAIL_SPLIT=0` turns it
+    /// variant (BF16 only) and the last wave is partial; `DENSEFFN_GEMM_TAIL_SPLIT=0` turns it
     /// off (read once per process; a switch for measuring what it gains).
     fn gate_up_tail_plan(
         &self,
@@ -430,15 +427,10 @@ impl DenseFfnLayer {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let on = *ON
             .get_or_init(|| std::env::var("DENSEFFN_GEMM_TAIL_SPLIT").map_or(true, |v| v != "0"));
-        let splitk = match kernel {
-            "bf16_gemm_gate_up_act" => "bf16_gemm_gate_up_act_splitk",
-            "w8a8_gemm_gate_up_act" => "w8a8_gemm_gate_up_act_splitk",
-            "w8a16_gemm_gate_up_act" => "w8a16_gemm_gate_up_act_splitk",
+        let splitk = match (kernel, pair) {
+            ("bf16_gemm_gate_up_act", None) => "bf16_gemm_gate_up_act_splitk",
+            ("bf16_gemm_gate_up_act", Some(_)) => "bf16_gemm_gate_up_act_splitk_x2",
             _ => return None,
-        };
-        let splitk = match pair {
-            Some(_) => pair_variant(splitk)?,
-            None => splitk,
         };
         if !on || !self.gpu().has_kernel(splitk) {
             return None;
@@ -448,7 +440,7 @@ impl DenseFfnLayer {
             Some(slots) => (tiles / 2, slots),
             None => (tiles, self.gpu().sm_count()),
         };
-        let (from, splits, cps) = gemm_tail_split(units, chunk_k(kernel, k), slots)?;
+        let (from, splits, cps) = gemm_tail_split(units, k, slots)?;
         Some((splitk, from, splits, cps))
     }
 
@@ -488,7 +480,7 @@ impl DenseFfnLayer {
             Some(_) => pair_variant(kernel).unwrap_or(kernel),
             None => kernel,
         };
-        let whole = (named, 1, (chunk_k(kernel, k) / TILE_K) as u32);
+        let whole = (named, 1, (k / TILE_K) as u32);
         let Some((splitk, fewest)) = splitk_variant(kernel) else {
             return whole;
         };
@@ -505,12 +497,12 @@ impl DenseFfnLayer {
         let tiles = (n as u32).div_ceil(shape.rows) * (tokens as u32).div_ceil(shape.tokens);
         let (splits, cps) = match pair {
             // Units of two tiles, one cluster each.
-            Some(slots) => gemm_splits(tiles / 2, chunk_k(kernel, k), slots, 1),
+            Some(slots) => gemm_splits(tiles / 2, k, slots, 1),
             None => {
                 let resident = self
                     .gpu()
                     .resident_blocks(splitk, shape.threads, shape.smem);
-                gemm_splits(tiles, chunk_k(kernel, k), self.gpu().sm_count(), resident)
+                gemm_splits(tiles, k, self.gpu().sm_count(), resident)
             }
         };
         if splits >= fewest {
@@ -533,10 +525,6 @@ fn pair_variant(kernel: &str) -> Option<&'static str> {
         "w8a8_gemm" => Some("w8a8_gemm_x2"),
         "w8a16_gemm_gate_up_act" => Some("w8a16_gemm_gate_up_act_x2"),
         "w8a16_gemm" => Some("w8a16_gemm_x2"),
-        "w8a8_gemm_gate_up_act_splitk" => Some("w8a8_gemm_gate_up_act_splitk_x2"),
-        "w8a8_gemm_splitk" => Some("w8a8_gemm_splitk_x2"),
-        "w8a16_gemm_gate_up_act_splitk" => Some("w8a16_gemm_gate_up_act_splitk_x2"),
-        "w8a16_gemm_splitk" => Some("w8a16_gemm_splitk_x2"),
         _ => None,
     }
 }
@@ -552,22 +540,7 @@ fn splitk_variant(kernel: &str) -> Option<(&'static str, u32)> {
         "q2_0_gemm" => Some(("q2_0_gemm_splitk", 4)),
         "q4k_gemm" => Some(("q4k_gemm_splitk", 4)),
         "bf16_gemm" => Some(("bf16_gemm_splitk", 2)),
-        // One 128-row slice a block: the FP8-weight GEMMs' grids are as BF16's down at twice
-        // the rows, so they split from 2 as well.
-        "w8a8_gemm" => Some(("w8a8_gemm_splitk", 2)),
-        "w8a16_gemm" => Some(("w8a16_gemm_splitk", 2)),
         _ => None,
-    }
-}
-
-/// `k` as [`gemm_splits`] counts it for GEMM `kernel`: 64 columns a chunk (stage) of the
-/// kernel. The FP8 × FP8 GEMMs' stages are 128 columns (`w8a8_gemm*`: two FP8 tiles), so
-/// their K counts half; `GemmParams::chunks_per_split` is then in those chunks.
-fn chunk_k(kernel: &str, k: usize) -> usize {
-    if kernel.starts_with("w8a8_gemm") {
-        k.div_ceil(2 * TILE_K) * TILE_K
-    } else {
-        k
     }
 }
 

@@ -322,10 +322,9 @@ pub fn denseffn_cli(args: &[&str]) -> std::process::Output {
 pub fn kernels_no_path_launches(gpu: &Arc<dyn GpuBackend>) -> Vec<&'static str> {
     let mut seen = std::collections::BTreeSet::new();
     // Intermediate 512 (8 chunks): no GEMM splits K; 4096 (64 chunks): the prefill down GEMMs
-    // of these grids split it, so their `_splitk` entry points run too; hidden 4096 (64
-    // chunks of 64 columns, 32 of the FP8 × FP8 GEMMs' 128): the BF16 and FP8 gate+up grids
-    // (2 tiles, all in the last wave) split it.
-    for (h, i) in [(256, 512), (256, 4096), (4096, 256)] {
+    // of these grids split it, so their `_splitk` entry points run too; hidden 2048 (32
+    // chunks): BF16's gate+up grid (2 tiles, all in the last wave) splits it.
+    for (h, i) in [(256, 512), (256, 4096), (2048, 256)] {
         launch_every_path(gpu, h, i, &mut seen);
     }
     denseffn::backend::CpuBackend::kernels()

@@ -398,13 +398,13 @@ unsafe fn store_block<const DUAL: bool>(
 #[derive(Clone, Copy)]
 pub(super) struct Unit {
     pub(super) tile: (u32, u32),
-    pub(super) split: Option<u32>,
+    split: Option<u32>,
     /// The first chunk (stage) of K and how many.
     pub(super) chunks: (u32, u32),
     /// This block's split tile, which its split counter and partials are indexed by: the
     /// single projection's `cluster · lin + rank`, the gate+up tail's `cluster · (lin −
     /// split_from) + rank` (0 for its whole tiles).
-    pub(super) id: u32,
+    id: u32,
     /// A pair's second tile past the last token block: computed (on zeros), never stored.
     pub(super) phantom: bool,
 }
@@ -435,14 +435,13 @@ fn unit<F: BulkFormat, const DUAL: bool, const SPLIT: bool>(
     } else {
         (u % tiles, Some(u / tiles))
     };
-    // Splits count the format's chunks (stages), as `GemmParams::chunks_per_split` does.
-    let k_chunks = (p.k / TILE_K as u32).div_ceil(F::CHUNK_TILES);
+    let k_tiles = p.k / TILE_K as u32;
     let chunks = match split {
         Some(z) => {
             let c0 = z * p.chunks_per_split;
-            (c0, (c0 + p.chunks_per_split).min(k_chunks) - c0)
+            (c0, (c0 + p.chunks_per_split).min(k_tiles) - c0)
         }
-        None => (0, k_chunks),
+        None => (0, k_tiles.div_ceil(F::CHUNK_TILES)),
     };
     let (r, tg) = super::tile_of(lin, GEMM_WG_GROUP, grid);
     let tile = (r, c * tg + rank);
@@ -579,33 +578,26 @@ unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc
         store_block::<DUAL>(p, w.tile, None, acc, s);
         return;
     };
+    // The consumer warps only: the producer is on in the next unit.
+    let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
     if DUAL {
-        store_gate_up_partials(p, (w.id, z), acc, s);
+        let t = w.id;
+        store_gate_up_partials(p, (t, z), acc, s);
+        let counter = (p.counters as *mut u32).add(t as usize);
+        if last_to_finish(counter, p.splits, ring.flag(), sync) {
+            reduce_gate_up(p, w.tile, t);
+        }
     } else {
         store_block::<DUAL>(p, w.tile, Some(z), acc, s);
-    }
-    finish_split::<DUAL>(p, ring, &w, GEMM_BULK_WIDE_ROWS);
-}
-
-/// After the consumers stored split unit `w`'s partials (gate+up: [`gate_up_partial_at`]'s
-/// layout; the single projection: f32 `[split][tokens][n]` in `p.ws`), the last of its tile's
-/// splits to finish sums them in split order into `p.out` (bf16; gate+up: `act(g)·u`).
-/// `rows`: the single projection's block rows. The consumer warps only: the producer is on in
-/// the next unit.
-#[inline(always)]
-pub(super) unsafe fn finish_split<const DUAL: bool>(
-    p: &GemmParams,
-    ring: &Ring,
-    w: &Unit,
-    rows: u32,
-) {
-    let sync = || named_barrier(1, 32 * CONSUMER_WARPS);
-    let counter = (p.counters as *mut u32).add(w.id as usize);
-    if last_to_finish(counter, p.splits, ring.flag(), sync) {
-        if DUAL {
-            reduce_gate_up(p, w.tile, w.id);
-        } else {
-            write_split_sums(p, w.tile, rows, GEMM_WG_TOKENS, 32 * CONSUMER_WARPS);
+        let counter = (p.counters as *mut u32).add(w.id as usize);
+        if last_to_finish(counter, p.splits, ring.flag(), sync) {
+            write_split_sums(
+                p,
+                w.tile,
+                GEMM_BULK_WIDE_ROWS,
+                GEMM_WG_TOKENS,
+                32 * CONSUMER_WARPS,
+            );
         }
     }
 }
@@ -622,29 +614,17 @@ unsafe fn store_gate_up_partials(
     acc: &[f32; 128],
     (s0, s1): (f32, f32),
 ) {
+    let at = (t * p.splits + z) * 2 * TILE_ELEMS;
+    let ws = (p.ws as *mut f32).add(at as usize);
     unroll2!(J => {
         let tok = out_token(J as u32);
         unroll32!(F => {
             let (pj, f, s) = if F < 16 { (0, F, s0) } else { (1, F - 16, s1) };
-            let at = gate_up_partial_at(p, (t, z), pj, (tok, out_row(f as u32)));
+            let i = pj * TILE_ELEMS + tok * GEMM_WG_ROWS + out_row(f as u32);
             let v = [acc[4 * F + 2 * J] * s, acc[4 * F + 2 * J + 1] * s];
-            st_global_v2(at as *mut u8, [v[0].to_bits(), v[1].to_bits()]);
+            st_global_v2(ws.add(i as usize) as *mut u8, [v[0].to_bits(), v[1].to_bits()]);
         });
     });
-}
-
-/// Where split `z` of the gate+up kernel's split tile `t` keeps its f32 partial of projection
-/// `pj` (0 gate, 1 up) at (token, row) of the tile: `[t][split][projection][token][row]` in
-/// `p.ws`.
-#[inline(always)]
-pub(super) unsafe fn gate_up_partial_at(
-    p: &GemmParams,
-    (t, z): (u32, u32),
-    pj: u32,
-    (tok, row): (u32, u32),
-) -> *mut f32 {
-    let ws = (p.ws as *mut f32).add(((t * p.splits + z) * 2 * TILE_ELEMS) as usize);
-    ws.add((pj * TILE_ELEMS + tok * GEMM_WG_ROWS + row) as usize)
 }
 
 /// The gate+up kernel's split tile `t` (output tile `tile`), in its last block to finish (the

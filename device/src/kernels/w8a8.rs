@@ -25,8 +25,7 @@
 //! tile of the last stage when K has an odd number of 64-column tiles. The epilogue multiplies
 //! by the last scale, the tensor's global scale and the token's inverse activation scale.
 use super::bulk_gemm::{
-    bulk_entries, bulk_gemm, finish_split, gate_up_partial_at, release, BulkFormat, Ring, Unit,
-    ROW_TILES, X_BYTES,
+    bulk_entries, bulk_gemm, release, BulkFormat, Ring, Unit, ROW_TILES, X_BYTES,
 };
 use super::elementwise::gelu_tanh;
 use super::gemv::silu;
@@ -36,11 +35,8 @@ use crate::formats::nvfp4::{TILE_K, TILE_ROWS};
 use crate::formats::tiles::TileFormat;
 use crate::params::{
     w8a16_stage_bytes, w8a16_stages, w8a8_stage_bytes, w8a8_stages, GemmParams, Q8Params,
-    GEMM_WG_ROWS, GEMM_WG_TOKENS, Q8_THREADS,
+    GEMM_WG_TOKENS, Q8_THREADS,
 };
-
-/// f32 of one projection's partial of one gate+up tile (128 rows × 128 tokens).
-const TILE_ELEMS: u32 = GEMM_WG_ROWS * GEMM_WG_TOKENS;
 
 /// Bytes of one FP8 tile's codes.
 const CODE_BYTES: u32 = TileFormat::Fp8.code_bytes() as u32;
@@ -307,12 +303,8 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
     /// A consumer thread's outputs of unit `w`: `acc[4F + I]` is token `8F + 2q + I % 2` of the
     /// tile, row `g + 8·(I / 2)` of the warp's row tile; bf16 `act(gate)·up`, or the single
     /// projection, to `p.out` (`[tokens][n]`). Rows and tokens past the ends are not written.
-    /// A split unit (K split: `_splitk`) stores partials instead ([`store_split`]).
     #[inline(always)]
-    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, ring: &Ring, w: Unit, acc: &Fp8Acc) {
-        if let Some(z) = w.split {
-            return store_split::<DUAL>(p, ring, w, z, acc);
-        }
+    unsafe fn store_unit<const DUAL: bool>(p: &GemmParams, _ring: &Ring, w: Unit, acc: &Fp8Acc) {
         let (g, tq) = (lane() / 4, lane() % 4);
         let row_tile = w.tile.0 * ROW_TILES + warp_id();
         if row_tile >= p.n / TILE_ROWS as u32 {
@@ -339,54 +331,6 @@ impl<const A16: bool> BulkFormat for Fp8Tiles<A16> {
             });
         });
     }
-}
-
-/// Split `z` of unit `w` (K split: the `_splitk` GEMMs): a consumer thread's f32 partials of
-/// gate and up (`[t][split][projection][token][row]`, [`gate_up_partial_at`]), or of the
-/// single projection (`[split][tokens][n]`), scaled whole as [`Fp8Tiles`]' epilogue scales
-/// them; then the last of the tile's splits to finish sums them ([`finish_split`]). Every
-/// consumer thread reaches that count, rows past the matrix included.
-#[inline(always)]
-unsafe fn store_split<const DUAL: bool>(
-    p: &GemmParams,
-    ring: &Ring,
-    w: Unit,
-    z: u32,
-    acc: &Fp8Acc,
-) {
-    let (g, tq) = (lane() / 4, lane() % 4);
-    let live = w.tile.0 * ROW_TILES + warp_id() < p.n / TILE_ROWS as u32;
-    let tok0 = w.tile.1 * GEMM_WG_TOKENS;
-    let (s0, s1) = (acc.run[0] * p.gscale0, acc.run[1] * p.gscale1);
-    let xs = p.x_scales as *const f32;
-    // The thread's first partial (token 2q, row g of the warp's row tile) and the f32 between
-    // tokens: every other one lies at a constant offset from it (gate+up) or a multiple of n.
-    let rl = warp_id() * TILE_ROWS as u32 + g;
-    let (base, ld) = if DUAL {
-        (
-            gate_up_partial_at(p, (w.id, z), 0, (2 * tq, rl)),
-            GEMM_WG_ROWS,
-        )
-    } else {
-        let row = w.tile.0 * GEMM_WG_ROWS + rl;
-        let at = (z * p.tokens + tok0 + 2 * tq) * p.n + row;
-        ((p.ws as *mut f32).add(at as usize), p.n)
-    };
-    unroll16!(F => {
-        let at = base.add((8 * F as u32 * ld) as usize);
-        unroll4!(I, 0 => {
-            let tok = tok0 + 8 * F as u32 + 2 * tq + (I as u32 & 1);
-            if live && tok < p.tokens {
-                let inv = *xs.add(tok as usize);
-                let off = ((I as u32 & 1) * ld + if I >= 2 { 8 } else { 0 }) as usize;
-                *at.add(off) = acc.g[4 * F + I] * s0 * inv;
-                if DUAL {
-                    *at.add(off + TILE_ELEMS as usize) = acc.u[4 * F + I] * s1 * inv;
-                }
-            }
-        });
-    });
-    finish_split::<DUAL>(p, ring, &w, GEMM_WG_ROWS);
 }
 
 /// The k32 A registers of a lane's 16 bytes of one tile half (columns 0..32 or 32..64): rows
@@ -591,24 +535,4 @@ bulk_entries! {
     w8a16_gemm_gate_up_act_x2: Fp8Tiles<true>, true, false, true;
     /// `w8a16_gemm` in cluster pairs, as `w8a8_gemm_gate_up_act_x2`.
     w8a16_gemm_x2: Fp8Tiles<true>, false, false, true;
-    /// `w8a8_gemm_gate_up_act` with the tail split of `bf16_gemm_gate_up_act_splitk`: the
-    /// tiles from `GemmParams::split_from` on run `splits` units each over part of K (in
-    /// 128-column chunks), the last to finish summing the f32 partials and applying the
-    /// activation.
-    w8a8_gemm_gate_up_act_splitk: Fp8Tiles<false>, true, true, false;
-    /// `w8a8_gemm` with K split `GemmParams::splits` ways (a unit a split of a tile).
-    w8a8_gemm_splitk: Fp8Tiles<false>, false, true, false;
-    /// `w8a8_gemm_gate_up_act_splitk` in cluster pairs.
-    w8a8_gemm_gate_up_act_splitk_x2: Fp8Tiles<false>, true, true, true;
-    /// `w8a8_gemm_splitk` in cluster pairs.
-    w8a8_gemm_splitk_x2: Fp8Tiles<false>, false, true, true;
-    /// `w8a16_gemm_gate_up_act` with the tail split (64-column chunks), as
-    /// `w8a8_gemm_gate_up_act_splitk`.
-    w8a16_gemm_gate_up_act_splitk: Fp8Tiles<true>, true, true, false;
-    /// `w8a16_gemm` with K split.
-    w8a16_gemm_splitk: Fp8Tiles<true>, false, true, false;
-    /// `w8a16_gemm_gate_up_act_splitk` in cluster pairs.
-    w8a16_gemm_gate_up_act_splitk_x2: Fp8Tiles<true>, true, true, true;
-    /// `w8a16_gemm_splitk` in cluster pairs.
-    w8a16_gemm_splitk_x2: Fp8Tiles<true>, false, true, true;
 }

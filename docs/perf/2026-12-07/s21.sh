@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 2026-12-07 s21 (eighth session, ≤ 330 s): the FP8 GEMMs' K split (`w8a16_gemm*_splitk*`,
 # `w8a8_gemm*_splitk*`: the last partial wave of gate+up tiles split over K, as BF16's). Bundle:
+#   git apply docs/perf/2026-12-07/fp8-splitk.patch   # (the change; main has it as a patch only)
 #   cargo xtask gpu-bundle --gpu-only; rm gpu-bundle/bin/test-gpu_lora*; cp s21.sh lib.sh gpu-bundle/
 # (1) the split tests on the GPU (FP8 both arms, and BF16's unchanged one) and memcheck of the FP8
 # one; (2) prefill, split on and off (DENSEFFN_GEMM_TAIL_SPLIT=0: the kernels before this change,
