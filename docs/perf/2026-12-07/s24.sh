@@ -18,7 +18,7 @@ done
 [ $SECONDS -lt 300 ] && { t memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test-gpu" --test-threads=1 fp8_prefill_split_k; grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -1; }
 DENSEFFN_GEMV_PREFETCH=255 DENSEFFN_GPU_TEST_SMALL=1 t pftests 70 "$here/bin/test-gpu" --test-threads=1 decode_matches verify_paths chained_paths overlays_match
 for run in 0 4 base; do
-  [ $SECONDS -gt 470 ] && break
+  [ $SECONDS -gt 400 ] && break
   s0=$SECONDS; bin="$here/bin/denseffn"; [ $run = base ] && bin="$here/bin/denseffn-base"
   name=pf$run-$SECONDS
   env DENSEFFN_GEMV_PREFETCH=$([ $run = base ] && echo 0 || echo $run) timeout 60 "$bin" bench --backend cuda --shapes 8b --formats bf16,nvfp4,q4k --m 1,8 --n 1 --out "$out/$name" > "$out/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS-s0))s"
