@@ -2,7 +2,7 @@
 # 2026-12-07 s26 (tenth session; `BUDGET=<s> bash s26.sh`, default 560; best on the H200): the
 # FP8 × FP8 GEMMs' consumers with two accumulator sets (one `wgmma` group runs while the warp
 # rescales the other). Bundle:
-#   git apply docs/perf/2026-12-07/w8a8-pipe-sc.patch
+#   git apply docs/perf/2026-12-07/w8a8-pipe.patch docs/perf/2026-12-07/w8a8-pipe-sc.patch
 #   cargo xtask gpu-bundle --gpu-only --base HEAD --variant v1=docs/perf/2026-12-07/w8a8-pipe.patch
 #   rm gpu-bundle/bin/test-gpu_lora* gpu-bundle/bin/test-gpu-v1; cp docs/perf/2026-12-07/{s26.sh,lib.sh} gpu-bundle/
 # bin/denseffn: both patches' change (two accumulator sets, and the scale words converted where
